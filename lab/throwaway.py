@@ -1,0 +1,205 @@
+"""Throwaway PostgreSQL and Redis servers in temporary directories, for tests and benchmarks.
+
+They run Debian's own binaries (``initdb``/``pg_ctl`` from the postgresql package,
+``redis-server``) on free loopback ports, never touch a server already running on the
+machine, and delete everything on ``stop()``. PostgreSQL refuses to run as root, so when the
+caller is root the cluster runs as the ``postgres`` system user the package creates.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+DB_NAME = "coordinator"
+DB_USER = "coordinator"
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _pg_bindir() -> Path:
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
+    if not candidates:
+        raise RuntimeError(
+            "PostgreSQL server binaries not found: run 'apt-get install postgresql' first"
+        )
+    return Path(candidates[0]).parent
+
+
+def _wait_for_port(port: int, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster with a ``coordinator`` database and login role.
+
+    ``fast=True`` turns off fsync for tests; benchmarks keep the durable defaults.
+    """
+
+    def __init__(self, password: str = "coordinator-test-password", fast: bool = True) -> None:
+        self.password = password
+        self.fast = fast
+        self.port = free_port()
+        self.bindir = _pg_bindir()
+        self.root = Path(tempfile.mkdtemp(prefix="throwaway-pg-"))
+        self.datadir = self.root / "data"
+        self.sockdir = self.root / "sock"
+        self._run_as = None if os.geteuid() != 0 else pwd.getpwnam("postgres")
+
+    # -- addresses -------------------------------------------------------------------------
+    @property
+    def dsn(self) -> str:
+        """libpq DSN of the ``coordinator`` role over TCP, as a worker would use it."""
+        return (
+            f"host=127.0.0.1 port={self.port} dbname={DB_NAME} user={DB_USER} "
+            f"password={self.password}"
+        )
+
+    @property
+    def admin_dsn(self) -> str:
+        """Superuser DSN over the private Unix socket."""
+        return f"host={self.sockdir} port={self.port} dbname={DB_NAME} user=postgres"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _cmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        kwargs = {}
+        if self._run_as is not None:
+            kwargs = {"user": self._run_as.pw_uid, "group": self._run_as.pw_gid}
+        return subprocess.run(
+            list(args), check=check, capture_output=True, text=True, cwd="/", **kwargs
+        )
+
+    def start(self) -> ThrowawayPostgres:
+        if not self.datadir.exists():
+            self._init()
+        self._cmd(
+            str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l",
+            str(self.root / "server.log"), "-w", "-t", "60", "start",
+        )
+        _wait_for_port(self.port, 30, "PostgreSQL")
+        return self
+
+    def _init(self) -> None:
+        self.sockdir.mkdir(parents=True, exist_ok=True)
+        if self._run_as is not None:
+            os.chown(self.root, self._run_as.pw_uid, self._run_as.pw_gid)
+            os.chown(self.sockdir, self._run_as.pw_uid, self._run_as.pw_gid)
+        pwfile = self.root / "pwfile"
+        pwfile.write_text("postgres-admin\n")
+        pwfile.chmod(0o600)
+        if self._run_as is not None:
+            os.chown(pwfile, self._run_as.pw_uid, self._run_as.pw_gid)
+        self._cmd(
+            str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
+            "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
+            "--locale=C.UTF-8", f"--pwfile={pwfile}",
+        )
+        settings = [
+            f"port = {self.port}",
+            "listen_addresses = '127.0.0.1'",
+            f"unix_socket_directories = '{self.sockdir}'",
+            "max_connections = 300",
+            "password_encryption = 'scram-sha-256'",
+        ]
+        if self.fast:
+            settings += ["fsync = off", "synchronous_commit = off", "full_page_writes = off"]
+        with open(self.datadir / "postgresql.conf", "a") as conf:
+            conf.write("\n".join(settings) + "\n")
+        self.write_hba(["host all all 127.0.0.1/32 scram-sha-256"])
+        self._cmd(
+            str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l",
+            str(self.root / "server.log"), "-w", "start",
+        )
+        self.psql(f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{self.password}'", db="postgres")
+        self.psql(f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}", db="postgres")
+        self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "stop")
+
+    def write_hba(self, network_lines: list[str]) -> None:
+        """Replace pg_hba.conf: local superuser access plus the given network lines."""
+        text = "local all postgres trust\n" + "\n".join(network_lines) + "\n"
+        hba = self.datadir / "pg_hba.conf"
+        hba.write_text(text)
+        if self._run_as is not None:
+            os.chown(hba, self._run_as.pw_uid, self._run_as.pw_gid)
+
+    def reload(self) -> None:
+        self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "reload")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", mode,
+                  "-w", "stop", check=False)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        self.stop(mode="immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def psql(self, sql: str, db: str = DB_NAME) -> str:
+        """Run SQL as the superuser; return psql's unaligned output."""
+        out = self._cmd(
+            str(self.bindir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+            "-h", str(self.sockdir), "-p", str(self.port), "-U", "postgres", "-d", db,
+            "-c", sql,
+        )
+        return out.stdout.strip()
+
+
+class ThrowawayRedis:
+    """A redis-server on a free loopback port with a password and a temporary directory."""
+
+    def __init__(self, password: str = "redis-test-password") -> None:
+        self.password = password
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="throwaway-redis-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server not found: run 'apt-get install redis-server' first")
+
+    def start(self) -> ThrowawayRedis:
+        conf = self.root / "redis.conf"
+        conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\nprotected-mode yes\n"
+            f"requirepass {self.password}\ndir {self.root}\nsave \"\"\nappendonly no\n"
+            f"logfile {self.root / 'redis.log'}\n"
+        )
+        conf.chmod(0o600)
+        self.proc = subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL)
+        _wait_for_port(self.port, 15, "Redis")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+    def restart_wiped(self) -> None:
+        """Stop, forget every key (nothing is persisted), start again on the same port."""
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
