@@ -1,0 +1,490 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Ansible's module convention puts DOCUMENTATION, EXAMPLES and RETURN before the imports
+# (ansible-test's validate-modules reports imports above them), hence the E402 waiver.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: ollama_model
+short_description: Pull or remove a model in an Ollama server
+description:
+  - Makes sure a model is present in (or absent from) an Ollama server, through Ollama's HTTP API.
+  - Asks C(GET /api/tags) first and pulls only a model that is missing, so a second run changes
+    nothing. Names match the way Ollama matches them, case-insensitively and with the implicit
+    C(:latest) tag and C(registry.ollama.ai/library/) prefix, so V(llama3.2) and
+    V(llama3.2:latest) are the same model.
+  - A pull streams Ollama's NDJSON progress line by line, so a pull of several gigabytes works
+    within O(timeout); the final status and byte counts are returned.
+  - >-
+    A failed pull fails the task with Ollama's own message, whether it arrives as an
+    C({"error": ...}) line inside the progress stream or as the body of an HTTP error.
+  - Runs on the target with the Python standard library and Ansible's own URL helpers only.
+version_added: "0.1.0"
+options:
+  name:
+    description:
+      - The model, as given to C(ollama pull), for example
+        V(hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M) or V(llama3.2:3b).
+      - Without a tag, Ollama uses C(latest).
+    type: str
+    required: true
+    aliases: [model]
+  state:
+    description:
+      - V(present) pulls the model when Ollama does not list it.
+      - V(absent) deletes it (C(DELETE /api/delete)) when Ollama lists it.
+    type: str
+    choices: [present, absent]
+    default: present
+  host:
+    description:
+      - Base URL of the Ollama API, as reached from the target.
+      - A value without a scheme, such as the V(127.0.0.1:11434) form of E(OLLAMA_HOST), gets
+        C(http://).
+    type: str
+    default: http://127.0.0.1:11434
+  timeout:
+    description:
+      - Seconds the whole pull may take; it is also the longest wait for the next progress line.
+      - Listing and deleting models use the smaller of this and 30 seconds.
+    type: int
+    default: 3600
+  insecure:
+    description:
+      - Let Ollama pull from a registry over plain HTTP or with an unverified certificate
+        (the C(insecure) field of C(POST /api/pull)).
+    type: bool
+    default: false
+  validate_certs:
+    description:
+      - Verify the TLS certificate of O(host) when it is an C(https://) URL, for example an
+        Ollama behind a reverse proxy.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the model would be pulled or deleted; only C(GET /api/tags) is sent.
+  diff_mode:
+    support: none
+notes:
+  - The pull does not update a model that is already present; Ollama's C(ollama pull) does. Remove
+    it with O(state=absent) first to fetch a newer copy.
+seealso:
+  - name: Ollama API reference
+    description: The endpoints this module uses.
+    link: https://github.com/ollama/ollama/blob/main/docs/api.md
+author:
+  - coordinator-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Pull the web worker's summarisation model
+  ollama_model:
+    name: hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M
+
+- name: Pull several models from an Ollama listening on another port, allowing two hours
+  ollama_model:
+    name: "{{ item }}"
+    host: http://127.0.0.1:11500
+    timeout: 7200
+  loop:
+    - llama3.2:3b
+    - nomic-embed-text
+  loop_control:
+    label: "{{ item }}"
+
+- name: Remove a model no worker uses any more
+  ollama_model:
+    name: llama3.2:3b
+    state: absent
+
+- name: See what a run would pull, without pulling
+  ollama_model:
+    name: llama3.2:3b
+  check_mode: true
+  register: would_pull
+"""
+
+RETURN = r"""
+name:
+  description: The model as given in O(name).
+  returned: always
+  type: str
+  sample: hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M
+action:
+  description:
+    - What the module did, or would do in check mode.
+  returned: always
+  type: str
+  choices: [pulled, deleted, none]
+  sample: pulled
+model:
+  description:
+    - The model as Ollama lists it after the run (C(GET /api/tags)); V(null) when it is absent.
+    - In check mode, the model as listed before the run.
+  returned: always
+  type: dict
+  sample: {"name": "llama3.2:3b", "digest": "a80c4f17acd5...", "size": 2019393189}
+pull:
+  description: How the pull ended, from Ollama's progress stream.
+  returned: when a model was pulled
+  type: dict
+  contains:
+    status:
+      description: The last status line Ollama sent (V(success) for a complete pull).
+      type: str
+      sample: success
+    total_bytes:
+      description: Sum of the sizes of the layers Ollama reported.
+      type: int
+      sample: 730895360
+    completed_bytes:
+      description: Sum of the bytes Ollama reported as downloaded (already present layers count).
+      type: int
+      sample: 730895360
+    layers:
+      description: Number of layers (blobs) Ollama reported.
+      type: int
+      sample: 4
+msg:
+  description: One line saying what happened.
+  returned: always
+  type: str
+  sample: pulled llama3.2:3b (2019393189 bytes)
+"""
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+DEFAULT_REGISTRY = "registry.ollama.ai"
+DEFAULT_NAMESPACE = "library"
+DEFAULT_TAG = "latest"
+# Listing and deleting are quick; a dead host should not hold the play for the pull timeout.
+QUICK_TIMEOUT = 30
+
+
+class OllamaError(Exception):
+    """Ollama answered with an error; the message is Ollama's own where it gave one."""
+
+
+class OllamaUnreachable(OllamaError):
+    """No HTTP answer at all: refused, timed out, or the name does not resolve."""
+
+
+# ---------------------------------------------------------------------------
+# Pure functions: no network, no AnsibleModule; unit-tested on their own.
+# ---------------------------------------------------------------------------
+
+
+def normalize_url(host: str) -> str:
+    """Base URL without a trailing slash; an OLLAMA_HOST-style ``addr:port`` gets ``http://``."""
+    url = host.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url
+
+
+def canonical_name(name: str) -> str:
+    """The full ``host/namespace/model:tag`` form Ollama matches names by, lower-cased.
+
+    Follows Ollama's own parsing (types/model/name.go): the tag is what follows the last ``:``
+    only when no ``/`` comes after it (so ``localhost:5000/x/y`` has no tag), then the last
+    three ``/``-separated parts are host, namespace and model; missing parts take Ollama's
+    defaults. Ollama compares names case-insensitively.
+    """
+    text = name.strip()
+    tag = DEFAULT_TAG
+    colon = text.rfind(":")
+    if colon >= 0 and "/" not in text[colon:]:
+        text, tag = text[:colon], text[colon + 1 :]
+    parts = text.split("/")
+    if not text or not tag or len(parts) > 3 or not all(parts):
+        raise ValueError(
+            f"invalid model name {name!r}: expected [host/][namespace/]model[:tag], "
+            "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+        )
+    defaults = [DEFAULT_REGISTRY, DEFAULT_NAMESPACE]
+    host, namespace, model = [*defaults[: 3 - len(parts)], *parts]
+    return f"{host}/{namespace}/{model}:{tag}".lower()
+
+
+def find_model(name: str, tags: dict[str, Any]) -> dict[str, Any] | None:
+    """The entry of ``GET /api/tags`` that is model ``name``, or None.
+
+    Ollama lists ``name`` and ``model`` in short form (``llama3.2:latest``); both are compared
+    in canonical form so any spelling of the same model matches.
+    """
+    wanted = canonical_name(name)
+    for entry in tags.get("models") or []:
+        listed = entry.get("model") or entry.get("name")
+        if listed and canonical_name(listed) == wanted:
+            return entry
+    return None
+
+
+def decide(state: str, entry: dict[str, Any] | None) -> str:
+    """``pulled``, ``deleted`` or ``none``: the only change that brings the server to ``state``."""
+    if state == "present":
+        return "none" if entry else "pulled"
+    return "deleted" if entry else "none"
+
+
+def error_from_body(body: bytes | str, fallback: str) -> str:
+    """Ollama's ``{"error": "..."}`` message from an HTTP error body, else the body or fallback."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = text.strip()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return text or fallback
+    if isinstance(payload, dict) and payload.get("error"):
+        return str(payload["error"])
+    return text or fallback
+
+
+@dataclass
+class PullProgress:
+    """What Ollama's pull stream said so far; ``layers`` maps digest to (total, completed)."""
+
+    status: str = ""
+    layers: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(total for total, _ in self.layers.values())
+
+    @property
+    def completed_bytes(self) -> int:
+        return sum(completed for _, completed in self.layers.values())
+
+    def as_result(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "total_bytes": self.total_bytes,
+            "completed_bytes": self.completed_bytes,
+            "layers": len(self.layers),
+        }
+
+
+def apply_progress_line(progress: PullProgress, line: bytes | str) -> None:
+    """Fold one NDJSON line of ``POST /api/pull`` into ``progress``.
+
+    Raises OllamaError with Ollama's message for an ``{"error": ...}`` line, the way Ollama
+    reports a failure once the stream has begun (the HTTP status is already 200 then).
+    """
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    text = text.strip()
+    if not text:
+        return
+    try:
+        event = json.loads(text)
+    except ValueError as exc:
+        raise OllamaError(f"unexpected line in Ollama's pull progress: {text[:200]}") from exc
+    if not isinstance(event, dict):
+        raise OllamaError(f"unexpected line in Ollama's pull progress: {text[:200]}")
+    if event.get("error"):
+        raise OllamaError(str(event["error"]))
+    if event.get("status"):
+        progress.status = str(event["status"])
+    digest = event.get("digest")
+    if digest and "total" in event:
+        total = int(event.get("total") or 0)
+        completed = int(event.get("completed") or 0)
+        seen_total, seen_completed = progress.layers.get(digest, (0, 0))
+        progress.layers[digest] = (max(total, seen_total), max(completed, seen_completed))
+
+
+def parse_pull_stream(lines: Iterable[bytes | str]) -> PullProgress:
+    """Read a whole pull stream; a stream that ends without ``success`` is an error."""
+    progress = PullProgress()
+    for line in lines:
+        apply_progress_line(progress, line)
+    check_pull_finished(progress)
+    return progress
+
+
+def check_pull_finished(progress: PullProgress) -> None:
+    if progress.status != "success":
+        last = progress.status or "nothing"
+        raise OllamaError(f"the pull stream ended before success (last status: {last})")
+
+
+def unreachable_message(url: str, reason: object) -> str:
+    # "Connection refused" reads better than "[Errno 111] Connection refused".
+    detail = getattr(reason, "strerror", None) or reason
+    return (
+        f"Ollama not reachable at {url}: is the service running / is OLLAMA_HOST right? ({detail})"
+    )
+
+
+def model_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    return {
+        "name": entry.get("name") or entry.get("model"),
+        "digest": entry.get("digest"),
+        "size": entry.get("size"),
+    }
+
+
+# ---------------------------------------------------------------------------
+# HTTP client: the only code that talks to Ollama.
+# ---------------------------------------------------------------------------
+
+
+class OllamaClient:
+    def __init__(self, url: str, timeout: int, validate_certs: bool) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.validate_certs = validate_certs
+
+    def _open(self, method: str, path: str, body: dict[str, Any] | None, timeout: float) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        try:
+            return open_url(
+                self.url + path,
+                data=data,
+                headers=headers,
+                method=method,
+                timeout=timeout,
+                validate_certs=self.validate_certs,
+            )
+        except HTTPError as exc:
+            raise OllamaError(error_from_body(exc.read(), f"HTTP {exc.code} {exc.reason}")) from exc
+        except URLError as exc:
+            raise OllamaUnreachable(unreachable_message(self.url, exc.reason)) from exc
+        except OSError as exc:  # socket timeout or reset before any HTTP answer
+            raise OllamaUnreachable(unreachable_message(self.url, exc)) from exc
+
+    def tags(self) -> dict[str, Any]:
+        response = self._open("GET", "/api/tags", None, min(self.timeout, QUICK_TIMEOUT))
+        with response:
+            return json.loads(response.read() or b"{}")
+
+    def delete(self, name: str) -> None:
+        response = self._open(
+            "DELETE", "/api/delete", {"model": name}, min(self.timeout, QUICK_TIMEOUT)
+        )
+        response.close()
+
+    def pull(self, name: str, insecure: bool) -> PullProgress:
+        """Pull ``name``, reading progress line by line until ``success`` or the deadline."""
+        deadline = time.monotonic() + self.timeout
+        response = self._open(
+            "POST", "/api/pull", {"model": name, "insecure": insecure, "stream": True}, self.timeout
+        )
+        progress = PullProgress()
+        with response:
+            for line in _lines(response, self.url):
+                apply_progress_line(progress, line)
+                if time.monotonic() > deadline:
+                    raise OllamaError(
+                        f"the pull did not finish within {self.timeout} s "
+                        f"(last status: {progress.status or 'nothing'}); raise timeout"
+                    )
+        check_pull_finished(progress)
+        return progress
+
+
+def _lines(response: Any, url: str) -> Iterator[bytes]:
+    """Lines of a streamed response; a stalled stream becomes a one-line error."""
+    while True:
+        try:
+            line = response.readline()
+        except OSError as exc:
+            raise OllamaError(f"the pull stream from {url} stopped: {exc}") from exc
+        if not line:
+            return
+        yield line
+
+
+# ---------------------------------------------------------------------------
+# AnsibleModule glue.
+# ---------------------------------------------------------------------------
+
+
+def run(module: AnsibleModule) -> dict[str, Any]:
+    params = module.params
+    name: str = params["name"]
+    try:
+        canonical_name(name)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), name=name)
+    client = OllamaClient(
+        normalize_url(params["host"]), params["timeout"], params["validate_certs"]
+    )
+    try:
+        entry = find_model(name, client.tags())
+    except OllamaUnreachable:
+        raise
+    except OllamaError as exc:
+        raise OllamaError(f"Ollama at {client.url} could not list its models: {exc}") from exc
+    action = decide(params["state"], entry)
+    result: dict[str, Any] = {
+        "changed": action != "none",
+        "name": name,
+        "action": action,
+        "model": model_summary(entry),
+    }
+    if action == "none":
+        result["msg"] = f"{name} is already {params['state']}"
+        return result
+    if module.check_mode:
+        verb = "pull" if action == "pulled" else "delete"
+        result["msg"] = f"would {verb} {name} (check mode)"
+        return result
+    try:
+        if action == "pulled":
+            progress = client.pull(name, params["insecure"])
+            result["pull"] = progress.as_result()
+            result["msg"] = f"pulled {name} ({progress.total_bytes} bytes)"
+        else:
+            # Delete by the name Ollama lists, whatever spelling the task used.
+            client.delete(entry["name"] if entry and entry.get("name") else name)
+            result["msg"] = f"deleted {name}"
+    except OllamaUnreachable:
+        raise
+    except OllamaError as exc:
+        verb = "pull" if action == "pulled" else "delete"
+        raise OllamaError(f"Ollama could not {verb} {name}: {exc}") from exc
+    result["model"] = model_summary(find_model(name, client.tags()))
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True, "aliases": ["model"]},
+            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+            "host": {"type": "str", "default": "http://127.0.0.1:11434"},
+            "timeout": {"type": "int", "default": 3600},
+            "insecure": {"type": "bool", "default": False},
+            "validate_certs": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    timeout = module.params["timeout"]
+    if timeout <= 0:
+        module.fail_json(msg=f"timeout must be a positive number of seconds, got {timeout}")
+    try:
+        result = run(module)
+    except OllamaError as exc:
+        module.fail_json(msg=str(exc), name=module.params["name"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
