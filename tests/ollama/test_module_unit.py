@@ -1,0 +1,196 @@
+"""Unit tests of ollama_model's pure functions: names, tags, progress stream, decisions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from library import ollama_model as om
+
+HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("llama3.2", "registry.ollama.ai/library/llama3.2:latest"),
+        ("llama3.2:latest", "registry.ollama.ai/library/llama3.2:latest"),
+        ("llama3.2:3b", "registry.ollama.ai/library/llama3.2:3b"),
+        ("library/llama3.2:3b", "registry.ollama.ai/library/llama3.2:3b"),
+        ("registry.ollama.ai/library/llama3.2:3b", "registry.ollama.ai/library/llama3.2:3b"),
+        ("jmorgan/tiny", "registry.ollama.ai/jmorgan/tiny:latest"),
+        (HF, "hf.co/liquidai/lfm2.5-1.2b-jp-gguf:q4_k_m"),
+        ("hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF", "hf.co/liquidai/lfm2.5-1.2b-jp-gguf:latest"),
+        # A port in the host is not a tag: the last ":" comes before a "/".
+        ("localhost:5000/team/model", "localhost:5000/team/model:latest"),
+        ("localhost:5000/team/model:v1", "localhost:5000/team/model:v1"),
+        ("  Llama3.2:3B ", "registry.ollama.ai/library/llama3.2:3b"),
+    ],
+)
+def test_canonical_name(name, canonical):
+    assert om.canonical_name(name) == canonical
+
+
+@pytest.mark.parametrize("name", ["", "llama3.2:", "a/b/c/d", "/llama", "ns//model", ":3b"])
+def test_canonical_name_rejects_malformed(name):
+    with pytest.raises(ValueError) as exc:
+        om.canonical_name(name)
+    assert str(exc.value) == (
+        f"invalid model name {name!r}: expected [host/][namespace/]model[:tag], "
+        "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("http://127.0.0.1:11434", "http://127.0.0.1:11434"),
+        ("http://127.0.0.1:11434/", "http://127.0.0.1:11434"),
+        ("127.0.0.1:11434", "http://127.0.0.1:11434"),
+        ("https://ollama.lan", "https://ollama.lan"),
+    ],
+)
+def test_normalize_url(host, url):
+    assert om.normalize_url(host) == url
+
+
+TAGS = {
+    "models": [
+        {"name": "llama3.2:latest", "model": "llama3.2:latest", "digest": "aa", "size": 10},
+        {"name": HF, "model": HF, "digest": "bb", "size": 20},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "digest"),
+    [
+        ("llama3.2", "aa"),
+        ("llama3.2:latest", "aa"),
+        ("registry.ollama.ai/library/llama3.2", "aa"),
+        (HF, "bb"),
+        (HF.lower(), "bb"),
+    ],
+)
+def test_find_model_matches_any_spelling(name, digest):
+    entry = om.find_model(name, TAGS)
+    assert entry is not None
+    assert entry["digest"] == digest
+
+
+@pytest.mark.parametrize("name", ["llama3.2:3b", "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q8_0"])
+def test_find_model_other_tag_is_missing(name):
+    assert om.find_model(name, TAGS) is None
+
+
+def test_find_model_empty_server():
+    # Ollama answers {"models": []} on a fresh install; older versions sent null.
+    assert om.find_model("llama3.2", {"models": []}) is None
+    assert om.find_model("llama3.2", {"models": None}) is None
+    assert om.find_model("llama3.2", {}) is None
+
+
+def test_find_model_uses_name_when_model_field_missing():
+    assert om.find_model("llama3.2", {"models": [{"name": "llama3.2:latest"}]}) == {
+        "name": "llama3.2:latest"
+    }
+
+
+@pytest.mark.parametrize(
+    ("state", "present", "action"),
+    [
+        ("present", False, "pulled"),
+        ("present", True, "none"),
+        ("absent", True, "deleted"),
+        ("absent", False, "none"),
+    ],
+)
+def test_decide(state, present, action):
+    entry = {"name": "x:latest"} if present else None
+    assert om.decide(state, entry) == action
+
+
+def _lines(*events: dict) -> list[bytes]:
+    return [json.dumps(e).encode() + b"\n" for e in events]
+
+
+def test_parse_pull_stream_success_sums_layers():
+    stream = _lines(
+        {"status": "pulling manifest"},
+        {"status": "pulling aaa", "digest": "sha256:aaa", "total": 1000},
+        {"status": "pulling aaa", "digest": "sha256:aaa", "total": 1000, "completed": 400},
+        {"status": "pulling aaa", "digest": "sha256:aaa", "total": 1000, "completed": 1000},
+        {"status": "pulling bbb", "digest": "sha256:bbb", "total": 50, "completed": 50},
+        {"status": "verifying sha256 digest"},
+        {"status": "writing manifest"},
+        {"status": "success"},
+    )
+    progress = om.parse_pull_stream([b"\n", *stream])
+    assert progress.as_result() == {
+        "status": "success",
+        "total_bytes": 1050,
+        "completed_bytes": 1050,
+        "layers": 2,
+    }
+
+
+def test_parse_pull_stream_accepts_text_lines():
+    progress = om.parse_pull_stream(['{"status": "success"}'])
+    assert progress.status == "success"
+
+
+def test_parse_pull_stream_error_line_carries_ollamas_message():
+    stream = _lines(
+        {"status": "pulling manifest"},
+        {"error": "pull model manifest: file does not exist"},
+        {"status": "success"},
+    )
+    with pytest.raises(om.OllamaError) as exc:
+        om.parse_pull_stream(stream)
+    assert str(exc.value) == "pull model manifest: file does not exist"
+
+
+def test_parse_pull_stream_that_stops_early_is_an_error():
+    with pytest.raises(om.OllamaError) as exc:
+        om.parse_pull_stream(_lines({"status": "pulling manifest"}))
+    assert str(exc.value) == "the pull stream ended before success (last status: pulling manifest)"
+
+
+def test_parse_pull_stream_empty_is_an_error():
+    with pytest.raises(om.OllamaError) as exc:
+        om.parse_pull_stream([])
+    assert str(exc.value) == "the pull stream ended before success (last status: nothing)"
+
+
+@pytest.mark.parametrize("line", [b"<html>proxy error</html>", b"[1, 2]"])
+def test_parse_pull_stream_rejects_non_json(line):
+    with pytest.raises(om.OllamaError) as exc:
+        om.parse_pull_stream([line])
+    assert str(exc.value) == f"unexpected line in Ollama's pull progress: {line.decode()}"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"error": "model \\"x\\" not found"}', 'model "x" not found'),
+        (b"plain text failure\n", "plain text failure"),
+        (b"", "HTTP 500 Internal Server Error"),
+        (b'{"detail": 1}', '{"detail": 1}'),
+    ],
+)
+def test_error_from_body(body, message):
+    assert om.error_from_body(body, "HTTP 500 Internal Server Error") == message
+
+
+def test_unreachable_message_uses_the_plain_reason():
+    reason = ConnectionRefusedError(111, "Connection refused")
+    assert om.unreachable_message("http://127.0.0.1:9", reason) == (
+        "Ollama not reachable at http://127.0.0.1:9: is the service running / "
+        "is OLLAMA_HOST right? (Connection refused)"
+    )
+
+
+def test_model_summary():
+    assert om.model_summary(None) is None
+    assert om.model_summary(TAGS["models"][1]) == {"name": HF, "digest": "bb", "size": 20}
