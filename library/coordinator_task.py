@@ -1,0 +1,497 @@
+#!/usr/bin/python
+"""Ansible module: route one task through the Coordinator and confirm it in PostgreSQL."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_pg import NO_DRIVER_MESSAGE, Driver, load_driver
+from ansible.module_utils.coordinator_probe import (
+    PROBE_TABLE_SQL,
+    SELECT_TASK_SQL,
+    Expectation,
+    ProbeError,
+    TaskRow,
+    build_conninfo,
+    build_route_request,
+    describe_http_error,
+    describe_missing_table,
+    describe_pg_connect_error,
+    describe_row_not_found,
+    describe_success,
+    describe_target,
+    describe_timeout,
+    describe_unreachable,
+    first_line,
+    is_final,
+    judge_final,
+    parse_route_answer,
+    result_fields,
+    row_from_tuple,
+)
+from ansible.module_utils.urls import open_url
+
+DOCUMENTATION = r"""
+---
+module: coordinator_task
+short_description: Route a task through the Coordinator and confirm in PostgreSQL that it is done
+description:
+  - Sends one task to the Coordinator API (C(POST /route)), then reads that task's row in the
+    C(tasks) table of PostgreSQL itself, every O(poll_interval) seconds, until it is C(done)
+    or C(failed) or O(timeout) runs out.
+  - It is the acceptance step of a worker migration. A running service proves nothing, and
+    nothing re-dispatches web-search tasks, so the proof is one routed task seen C(done) in
+    the database, on the expected host (O(worker_host)), without a fallback answer unless
+    O(allow_fallback) says one is acceptable.
+  - The database is read directly, not through the API, so a Coordinator that answers while
+    writing to another database, or a worker whose writes never reach PostgreSQL, is caught.
+  - PostgreSQL is checked (login and the C(tasks) table) B(before) the task is routed, so a
+    refused login or a wrong database leaves no orphan task behind.
+  - >-
+    Fails with one line that says what was seen, for example:
+    V(task <id> still 'queued' after 60s: no web worker took it);
+    V(task <id> still 'running' after 60s on web-worker-macbookair (macbookair\));
+    V(task <id> done on ai-core, expected macbookair);
+    V(task <id> done with fallback: summarisation failed on macbookair);
+    V(task <id> failed on macbookair: <error>).
+  - Routing a task inserts a row, but the module is a verification probe and, like
+    M(community.postgresql.postgresql_ping), always reports C(changed=false), so a re-run of
+    the migration playbook reports C(changed=0) while still verifying the cluster.
+version_added: "0.1.0"
+author:
+  - Coordinator cluster project
+options:
+  coordinator_url:
+    description:
+      - Base URL of the Coordinator API, without C(/route).
+    type: str
+    required: true
+  coordinator_token:
+    description:
+      - Bearer token of the Coordinator (its C(COORDINATOR_TOKEN)).
+      - Leave unset when the Coordinator runs without a token.
+    type: str
+  validate_certs:
+    description:
+      - Verify the Coordinator's TLS certificate when O(coordinator_url) is C(https).
+    type: bool
+    default: true
+  prompt:
+    description:
+      - The prompt of the test task.
+    type: str
+    required: true
+  task_type:
+    description:
+      - Type of the task. C(web_search) and C(rag) go to a shared queue; the others are
+        inference tasks for one worker's queue.
+    type: str
+    default: web_search
+    choices: [web_search, rag, generate, chat, summarize]
+  model:
+    description:
+      - Model requested for an inference task. Unset means the worker's default.
+    type: str
+  target_worker:
+    description:
+      - Worker id an inference task is routed to (sent as C(worker) in the route request).
+        Unset lets the Coordinator choose.
+    type: str
+  worker_host:
+    description:
+      - Host expected to have done the work, compared (case-insensitively) with the
+        C(worker_host) column of the finished task. Use the worker's C(WORKER_HOST).
+      - Unset accepts any host.
+    type: str
+  allow_fallback:
+    description:
+      - Whether an answer made of the raw search results (summarisation failed on the worker)
+        is acceptable. By default such an answer fails the task.
+    type: bool
+    default: false
+  timeout:
+    description:
+      - Seconds to wait for the task to reach C(done) or C(failed), counted from routing.
+      - Also the time limit of the route request itself.
+    type: int
+    default: 60
+  poll_interval:
+    description:
+      - Seconds between two reads of the task's row.
+    type: float
+    default: 1.0
+  pg_dsn:
+    description:
+      - libpq connection string or URI of the Coordinator's database, as in the Coordinator's
+        and workers' C(PG_DSN).
+      - Mutually exclusive with the C(login_*) options.
+    type: str
+  login_host:
+    description:
+      - Host running the Coordinator's PostgreSQL.
+      - Empty means libpq's default Unix socket.
+    type: str
+    default: ''
+  login_unix_socket:
+    description:
+      - Directory of the Unix domain socket for local connections; wins over O(login_host).
+    type: str
+    default: ''
+  login_port:
+    description:
+      - PostgreSQL port.
+    type: int
+    default: 5432
+  login_user:
+    description:
+      - PostgreSQL role to read the C(tasks) table as.
+    type: str
+    default: coordinator
+  login_password:
+    description:
+      - Password of O(login_user).
+    type: str
+    default: ''
+  login_db:
+    description:
+      - Database holding the C(tasks) table.
+    type: str
+    default: coordinator
+  ssl_mode:
+    description:
+      - libpq C(sslmode) of the PostgreSQL connection.
+    type: str
+    default: prefer
+    choices: [allow, disable, prefer, require, verify-ca, verify-full]
+  connect_timeout:
+    description:
+      - Seconds to wait for the PostgreSQL connection.
+    type: int
+    default: 10
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is routed and nothing is connected to.
+  diff_mode:
+    support: none
+notes:
+  - Needs C(psycopg2) or, failing that, C(psycopg) (3) importable by the Python that runs the
+    module on the target host. The PostgreSQL role installs C(python3-psycopg2) on the
+    database host, which is why that host is a good place to run this module.
+  - The PostgreSQL server must accept the login from the host that runs the module; a refused
+    login names the user and host, and says when a C(pg_hba.conf) line is missing.
+  - The HTTP request uses Ansible's own C(open_url), so no extra Python package is needed for it.
+requirements:
+  - psycopg2 or psycopg >= 3
+seealso:
+  - module: community.postgresql.postgresql_ping
+  - name: libpq connection strings
+    description: The syntax of O(pg_dsn).
+    link: https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING
+"""
+
+EXAMPLES = r"""
+- name: Prove the migrated web worker answers, in the database itself
+  coordinator_task:
+    coordinator_url: http://ai-core.lan:8000
+    coordinator_token: "{{ coordinator_token }}"
+    login_host: ai-core.lan
+    login_password: "{{ coordinator_db_password }}"
+    prompt: What is the weather in Tokyo today?
+    worker_host: macbookair
+    timeout: 60
+  register: probe
+
+- name: Show where and how fast it ran
+  ansible.builtin.debug:
+    msg: "{{ probe.task_id }} done on {{ probe.worker_host }} in {{ probe.seconds }}s"
+
+- name: Same probe with the workers' PG_DSN, run on the database host, fallback accepted
+  coordinator_task:
+    coordinator_url: http://127.0.0.1:8000
+    pg_dsn: "{{ worker_pg_dsn }}"
+    prompt: What is the weather in Tokyo today?
+    allow_fallback: true
+  delegate_to: ai-core
+
+- name: Check an inference worker through its own queue
+  coordinator_task:
+    coordinator_url: http://ai-core.lan:8000
+    login_host: ai-core.lan
+    login_password: "{{ coordinator_db_password }}"
+    task_type: generate
+    target_worker: macbookair
+    prompt: Say hello in one word.
+    worker_host: macbookair
+    timeout: 120
+    poll_interval: 2
+"""
+
+RETURN = r"""
+msg:
+  description: One line saying what was seen.
+  returned: always
+  type: str
+  sample: >-
+    task 2f0c1d9e-8a4b-4c55-9d1e-6b7f3a2c9e10 done on web-worker-macbookair (macbookair) in 4.1s
+task_id:
+  description: Id of the routed task (C(tasks.id)).
+  returned: when a task was routed
+  type: str
+  sample: 2f0c1d9e-8a4b-4c55-9d1e-6b7f3a2c9e10
+task_type:
+  description: Type of the task as stored.
+  returned: when the task's row was read
+  type: str
+  sample: web_search
+status:
+  description: Last status read from PostgreSQL (C(done) on success).
+  returned: when the task's row was read
+  type: str
+  sample: done
+queue:
+  description: Redis queue the task was last pushed to.
+  returned: when the task's row was read
+  type: str
+  sample: tasks:web
+worker:
+  description: The C(worker) column; C(web-worker) for every web-search result, whatever the host.
+  returned: when the task's row was read
+  type: str
+  sample: web-worker
+worker_id:
+  description: Id of the worker that claimed the task.
+  returned: when the task's row was read
+  type: str
+  sample: web-worker-macbookair
+worker_host:
+  description: Host of the worker that claimed the task.
+  returned: when the task's row was read
+  type: str
+  sample: macbookair
+fallback:
+  description: Whether the answer is the raw search results because summarisation failed.
+  returned: when the task's row was read
+  type: bool
+  sample: false
+answer:
+  description: The task's result.
+  returned: when the task's row was read
+  type: str
+  sample: Tokyo is sunny today, 14 degrees.
+error:
+  description: Why the task failed, as the worker or the Reaper wrote it.
+  returned: when the task's row was read
+  type: str
+  sample: null
+seconds:
+  description: Seconds from C(created_at) to C(finished_at), from the table's own clock.
+  returned: when the task's row was read
+  type: float
+  sample: 4.113
+start_delay_seconds:
+  description: Seconds from C(created_at) to C(started_at), how long the task waited for a worker.
+  returned: when the task's row was read
+  type: float
+  sample: 0.012
+created_at:
+  description: C(created_at) of the task, ISO 8601.
+  returned: when the task's row was read
+  type: str
+  sample: "2026-11-30T03:12:01.123456+00:00"
+started_at:
+  description: C(started_at) of the task, ISO 8601, null while queued.
+  returned: when the task's row was read
+  type: str
+  sample: "2026-11-30T03:12:01.135456+00:00"
+finished_at:
+  description: C(finished_at) of the task, ISO 8601, null until done or failed.
+  returned: when the task's row was read
+  type: str
+  sample: "2026-11-30T03:12:05.236456+00:00"
+"""
+
+APPLICATION_NAME = "coordinator_task probe"
+LOGIN_OPTIONS = (
+    "login_host", "login_unix_socket", "login_port", "login_user", "login_password", "login_db",
+)
+
+
+def argument_spec() -> dict[str, Any]:
+    return {
+        "coordinator_url": {"type": "str", "required": True},
+        "coordinator_token": {"type": "str", "no_log": True},
+        "validate_certs": {"type": "bool", "default": True},
+        "prompt": {"type": "str", "required": True},
+        "task_type": {
+            "type": "str",
+            "default": "web_search",
+            "choices": ["web_search", "rag", "generate", "chat", "summarize"],
+        },
+        "model": {"type": "str"},
+        "target_worker": {"type": "str"},
+        "worker_host": {"type": "str"},
+        "allow_fallback": {"type": "bool", "default": False},
+        "timeout": {"type": "int", "default": 60},
+        "poll_interval": {"type": "float", "default": 1.0},
+        "pg_dsn": {"type": "str", "no_log": True},
+        "login_host": {"type": "str", "default": ""},
+        "login_unix_socket": {"type": "str", "default": ""},
+        "login_port": {"type": "int", "default": 5432},
+        "login_user": {"type": "str", "default": "coordinator"},
+        "login_password": {"type": "str", "default": "", "no_log": True},
+        "login_db": {"type": "str", "default": "coordinator"},
+        "ssl_mode": {
+            "type": "str",
+            "default": "prefer",
+            "choices": ["allow", "disable", "prefer", "require", "verify-ca", "verify-full"],
+        },
+        "connect_timeout": {"type": "int", "default": 10},
+    }
+
+
+class Probe:
+    """The I/O around coordinator_probe's pure functions: one connection, one route, polls."""
+
+    def __init__(self, module: AnsibleModule, driver: Driver) -> None:
+        self.module = module
+        self.driver = driver
+        params = module.params
+        self.conninfo = build_conninfo(
+            pg_dsn=params["pg_dsn"],
+            login_host=params["login_host"],
+            login_unix_socket=params["login_unix_socket"],
+            login_port=params["login_port"],
+            login_user=params["login_user"],
+            login_password=params["login_password"],
+            login_db=params["login_db"],
+            ssl_mode=params["ssl_mode"],
+        )
+        try:
+            self.target = describe_target(driver.parse(self.conninfo))
+        except driver.error as exc:
+            # The parser's message can quote the string, password included: never show it.
+            raise ProbeError(
+                "pg_dsn is not a valid libpq connection string or URI; check its syntax"
+            ) from exc
+        self.conn: Any = None
+
+    def connect(self) -> None:
+        try:
+            self.conn = self.driver.connect(
+                self.conninfo, self.module.params["connect_timeout"], APPLICATION_NAME
+            )
+        except self.driver.error as exc:
+            raise ProbeError(describe_pg_connect_error(self.target, str(exc))) from exc
+        try:
+            self._execute(PROBE_TABLE_SQL)
+        except self.driver.error as exc:
+            raise ProbeError(describe_missing_table(self.target, str(exc))) from exc
+
+    def route(self) -> str:
+        params = self.module.params
+        url = params["coordinator_url"].rstrip("/")
+        request = build_route_request(
+            coordinator_url=url,
+            coordinator_token=params["coordinator_token"],
+            prompt=params["prompt"],
+            task_type=params["task_type"],
+            model=params["model"],
+            target_worker=params["target_worker"],
+        )
+        try:
+            answer = open_url(
+                request.url,
+                data=request.body,
+                headers=request.headers,
+                method="POST",
+                timeout=params["timeout"],
+                validate_certs=params["validate_certs"],
+            )
+        except HTTPError as exc:
+            raise ProbeError(
+                describe_http_error(url, exc.code, exc.read(), bool(params["coordinator_token"]))
+            ) from exc
+        except (URLError, OSError) as exc:
+            raise ProbeError(describe_unreachable(url, str(getattr(exc, "reason", exc)))) from exc
+        return parse_route_answer(url, answer.read())
+
+    def read(self, task_id: str) -> TaskRow | None:
+        try:
+            values = self._execute(SELECT_TASK_SQL, (task_id,))
+        except self.driver.error as exc:
+            raise ProbeError(
+                f"lost PostgreSQL ({self.target}) while waiting for task {task_id}: "
+                f"{first_line(str(exc))}",
+                {"task_id": task_id},
+            ) from exc
+        return row_from_tuple(values) if values is not None else None
+
+    def _execute(self, sql: str, args: tuple[str, ...] = ()) -> tuple[Any, ...] | None:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchone()
+
+    def wait(self, task_id: str, started: float) -> TaskRow:
+        """Poll the row until final; the deadline counts from routing, not from the first read."""
+        params = self.module.params
+        deadline = started + params["timeout"]
+        row = self.read(task_id)
+        # The Coordinator commits the row before answering 201: absent now means another
+        # database, and waiting the whole timeout would only hide that.
+        if row is None:
+            raise ProbeError(describe_row_not_found(task_id, self.target), {"task_id": task_id})
+        while not is_final(row):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ProbeError(describe_timeout(row, params["timeout"]), result_fields(row))
+            time.sleep(min(params["poll_interval"], remaining))
+            row = self.read(task_id) or row
+        return row
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def run(module: AnsibleModule, driver: Driver) -> dict[str, Any]:
+    probe = Probe(module, driver)
+    try:
+        probe.connect()
+        started = time.monotonic()
+        row = probe.wait(probe.route(), started)
+    finally:
+        probe.close()
+    expect = Expectation(module.params["worker_host"], module.params["allow_fallback"])
+    failure = judge_final(row, expect)
+    if failure:
+        raise ProbeError(failure, result_fields(row))
+    return {"changed": False, "msg": describe_success(row), **result_fields(row)}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        mutually_exclusive=[("pg_dsn", option) for option in LOGIN_OPTIONS],
+        supports_check_mode=True,
+    )
+    if module.check_mode:
+        module.exit_json(changed=False, msg="check mode: no task routed")
+    if module.params["timeout"] < 1 or module.params["poll_interval"] <= 0:
+        module.fail_json(msg="timeout must be at least 1 and poll_interval above 0; fix them")
+    driver = load_driver()
+    if driver is None:
+        module.fail_json(msg=NO_DRIVER_MESSAGE.format(python=sys.executable))
+    try:
+        result = run(module, driver)
+    except ProbeError as exc:
+        module.fail_json(msg=str(exc), changed=False, **exc.fields)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""Pure logic of the ``coordinator_task`` probe: no I/O, no Ansible, no database driver.
+
+The module (library/coordinator_task.py) routes a task through the Coordinator API and reads
+the task's row in PostgreSQL; everything that decides *what to send* and *what a row means*
+lives here so it can be unit-tested without servers. Every failure is one line that says what
+was seen and what to check, because it is what a user reads at the end of a playbook run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# The columns of ``tasks`` the probe reads (docs/design.md), in the order of TaskRow's fields.
+TASK_COLUMNS = (
+    "id::text",
+    "task_type",
+    "status",
+    "queue",
+    "worker",
+    "worker_id",
+    "worker_host",
+    "result",
+    "fallback",
+    "error",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+SELECT_TASK_SQL = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks WHERE id = %s::uuid"
+# Run before routing: a missing table means the probe looks at the wrong database, and saying
+# so before a task exists avoids leaving an orphan task behind.
+PROBE_TABLE_SQL = "SELECT 1 FROM tasks LIMIT 0"
+
+FINAL_STATUSES = frozenset({"done", "failed"})
+# Who takes each shared-queue task type; inference types go to one worker's own queue.
+SHARED_QUEUE_WORKERS = {"web_search": "web worker", "rag": "RAG worker"}
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    task_type: str
+    status: str
+    queue: str | None
+    worker: str | None
+    worker_id: str | None
+    worker_host: str | None
+    result: str | None
+    fallback: bool
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    worker_host: str | None
+    allow_fallback: bool
+
+
+class ProbeError(Exception):
+    """A failure whose message is the one line the module reports.
+
+    ``fields`` are what is known of the task at that point (its id, or its whole row), so a
+    playbook that ignores the failure can still look at them.
+    """
+
+    def __init__(self, message: str, fields: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.fields = fields or {}
+
+
+# -- options → PostgreSQL connection ---------------------------------------------------------
+
+
+def _quote_conninfo_value(value: str) -> str:
+    # libpq conninfo: single-quoted, with backslash and quote escaped by a backslash.
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def build_conninfo(
+    *,
+    pg_dsn: str | None,
+    login_host: str,
+    login_unix_socket: str,
+    login_port: int,
+    login_user: str,
+    login_password: str,
+    login_db: str,
+    ssl_mode: str,
+) -> str:
+    """The libpq connection string for the module's options; ``pg_dsn`` wins when given.
+
+    An empty ``login_host`` and ``login_unix_socket`` leave ``host`` out so libpq uses its
+    default Unix socket, as community.postgresql does.
+    """
+    if pg_dsn:
+        return pg_dsn
+    params: dict[str, str] = {}
+    host = login_unix_socket or login_host
+    if host:
+        params["host"] = host
+    params["port"] = str(login_port)
+    params["dbname"] = login_db
+    params["user"] = login_user
+    if login_password:
+        params["password"] = login_password
+    params["sslmode"] = ssl_mode
+    return " ".join(f"{key}={_quote_conninfo_value(value)}" for key, value in params.items())
+
+
+def describe_target(params: dict[str, Any]) -> str:
+    """``user U at HOST:PORT, database D`` from parsed conninfo; never shows the password."""
+    host = params.get("host") or "the local socket"
+    port = params.get("port") or "5432"
+    user = params.get("user") or "(default user)"
+    dbname = params.get("dbname") or user
+    return f"user {user} at {host}:{port}, database {dbname}"
+
+
+def describe_pg_connect_error(target: str, error: str) -> str:
+    """One line for a failed PostgreSQL connection: refused login or unreachable server."""
+    first = first_line(error)
+    lowered = first.lower()
+    if "pg_hba.conf" in lowered:
+        return (
+            f"PostgreSQL refused login for {target}: {first}; a pg_hba.conf line allowing "
+            "this host is missing on the database server"
+        )
+    if "authentication failed" in lowered or "password" in lowered:
+        return (
+            f"PostgreSQL refused login for {target}: {first}; check login_user/login_password "
+            "(or pg_dsn), and that a pg_hba.conf line allows this host"
+        )
+    if "does not exist" in lowered:
+        return f"PostgreSQL refused login for {target}: {first}; check login_db/login_user"
+    return (
+        f"PostgreSQL unreachable for {target}: {first}; check login_host/login_port "
+        "(or pg_dsn) and that the server listens on that address"
+    )
+
+
+def describe_missing_table(target: str, error: str) -> str:
+    return (
+        f"no tasks table for {target} ({first_line(error)}): the Coordinator writes to "
+        "another database; point login_host/login_db (or pg_dsn) at the Coordinator's PG_DSN"
+    )
+
+
+def describe_row_not_found(task_id: str, target: str) -> str:
+    return (
+        f"task {task_id} not found in PostgreSQL ({target}): the Coordinator writes to another "
+        "database than the one checked; point login_host/login_db (or pg_dsn) at the "
+        "Coordinator's PG_DSN"
+    )
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of a driver or server message, stripped."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return text.strip() or "(no message)"
+
+
+# -- the route request and its answer --------------------------------------------------------
+
+
+def build_route_request(
+    *,
+    coordinator_url: str,
+    coordinator_token: str | None,
+    prompt: str,
+    task_type: str,
+    model: str | None,
+    target_worker: str | None,
+) -> RouteRequest:
+    """``POST /route`` as docs/design.md defines it: optional keys only when set."""
+    body: dict[str, str] = {"prompt": prompt, "task_type": task_type}
+    if model:
+        body["model"] = model
+    if target_worker:
+        body["worker"] = target_worker
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if coordinator_token:
+        headers["Authorization"] = f"Bearer {coordinator_token}"
+    return RouteRequest(
+        url=coordinator_url.rstrip("/") + "/route",
+        headers=headers,
+        body=json.dumps(body).encode(),
+    )
+
+
+def parse_route_answer(coordinator_url: str, body: bytes) -> str:
+    """The task id from a successful ``POST /route`` answer."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    task_id = answer.get("task_id") if isinstance(answer, dict) else None
+    if not isinstance(task_id, str) or not task_id:
+        shown = first_line(body.decode("utf-8", "replace"))[:200]
+        raise ProbeError(
+            f"Coordinator at {coordinator_url} answered POST /route without a task_id "
+            f"({shown}); check coordinator_url points at the Coordinator API"
+        )
+    return task_id
+
+
+def describe_http_error(
+    coordinator_url: str, status: int, body: bytes, token_given: bool
+) -> str:
+    """One line for a non-2xx answer to ``POST /route``."""
+    if status == 401:
+        if token_given:
+            return (
+                f"Coordinator at {coordinator_url} refused the token (401 on POST /route): "
+                "check coordinator_token"
+            )
+        return (
+            f"Coordinator at {coordinator_url} needs a token (401 on POST /route): "
+            "set coordinator_token"
+        )
+    reason = _error_from_body(body)
+    if status == 404:
+        return (
+            f"Coordinator at {coordinator_url} answered 404 on POST /route ({reason}): "
+            "check coordinator_url points at the Coordinator API"
+        )
+    return f"Coordinator at {coordinator_url} answered {status} on POST /route: {reason}"
+
+
+def _error_from_body(body: bytes) -> str:
+    # Every 4xx body of the Coordinator is {"error": "<one line>"}; other servers (a proxy,
+    # a wrong URL) answer anything, so show the start of it instead.
+    text = body.decode("utf-8", "replace")
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        return first_line(answer["error"])
+    return first_line(text)[:200] if text.strip() else "(empty answer)"
+
+
+def describe_unreachable(coordinator_url: str, reason: str) -> str:
+    return (
+        f"Coordinator unreachable at {coordinator_url} ({first_line(reason)}): "
+        "check coordinator_url"
+    )
+
+
+# -- interpreting the task row ---------------------------------------------------------------
+
+
+def row_from_tuple(values: tuple[Any, ...] | list[Any]) -> TaskRow:
+    """A TaskRow from one row selected with ``SELECT_TASK_SQL``."""
+    return TaskRow(*values)
+
+
+def is_final(row: TaskRow) -> bool:
+    return row.status in FINAL_STATUSES
+
+
+def _where(row: TaskRow) -> str:
+    # The host is what a migration is about; fall back to the worker id when a row has none.
+    return row.worker_host or row.worker_id or "an unknown host"
+
+
+def judge_final(row: TaskRow, expect: Expectation) -> str | None:
+    """``None`` when a final row is what was expected, else the one-line failure."""
+    if row.status == "failed":
+        return f"task {row.id} failed on {_where(row)}: {row.error or 'no error recorded'}"
+    if expect.worker_host and (row.worker_host or "").casefold() != expect.worker_host.casefold():
+        return f"task {row.id} done on {_where(row)}, expected {expect.worker_host}"
+    if row.fallback and not expect.allow_fallback:
+        return f"task {row.id} done with fallback: summarisation failed on {_where(row)}"
+    return None
+
+
+def describe_timeout(row: TaskRow, waited_seconds: float) -> str:
+    """One line for a task still not final when the probe's time ran out."""
+    waited = f"{waited_seconds:g}s"
+    if row.status == "running":
+        worker = row.worker_id or "an unknown worker"
+        return f"task {row.id} still 'running' after {waited} on {worker} ({_where(row)})"
+    taker = SHARED_QUEUE_WORKERS.get(row.task_type, "worker")
+    if row.status == "queued":
+        return f"task {row.id} still 'queued' after {waited}: no {taker} took it"
+    return f"task {row.id} still '{row.status}' after {waited}"
+
+
+def durations(row: TaskRow) -> tuple[float | None, float | None]:
+    """Seconds from creation to finish, and from creation to the claim, from the table."""
+    total = _seconds(row.created_at, row.finished_at)
+    start_delay = _seconds(row.created_at, row.started_at)
+    return total, start_delay
+
+
+def _seconds(start: datetime, end: datetime | None) -> float | None:
+    if end is None:
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
+def result_fields(row: TaskRow) -> dict[str, Any]:
+    """What the module returns about a task, on success and on failure alike."""
+    seconds, start_delay = durations(row)
+    return {
+        "task_id": row.id,
+        "task_type": row.task_type,
+        "status": row.status,
+        "queue": row.queue,
+        "worker": row.worker,
+        "worker_id": row.worker_id,
+        "worker_host": row.worker_host,
+        "fallback": row.fallback,
+        "answer": row.result,
+        "error": row.error,
+        "seconds": seconds,
+        "start_delay_seconds": start_delay,
+        "created_at": row.created_at.isoformat(),
+        "started_at": row.started_at.isoformat() if row.started_at else None,
+        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+    }
+
+
+def describe_success(row: TaskRow) -> str:
+    seconds, _ = durations(row)
+    took = f" in {seconds:g}s" if seconds is not None else ""
+    return f"task {row.id} done on {row.worker_id or 'an unknown worker'} ({_where(row)}){took}"
