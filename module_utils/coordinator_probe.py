@@ -122,11 +122,12 @@ def build_conninfo(
 
 def describe_target(params: dict[str, Any]) -> str:
     """``user U at HOST:PORT, database D`` from parsed conninfo; never shows the password."""
-    host = params.get("host") or "the local socket"
     port = params.get("port") or "5432"
+    host = params.get("host")
+    where = f"{host}:{port}" if host else f"the default Unix socket, port {port}"
     user = params.get("user") or "(default user)"
     dbname = params.get("dbname") or user
-    return f"user {user} at {host}:{port}, database {dbname}"
+    return f"user {user} at {where}, database {dbname}"
 
 
 def describe_pg_connect_error(target: str, error: str) -> str:
