@@ -249,6 +249,12 @@ class StandinHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self.dispatch()
 
+    def do_PUT(self) -> None:
+        self.dispatch()
+
+    def do_PATCH(self) -> None:
+        self.dispatch()
+
     def dispatch(self) -> None:
         url = urlsplit(self.path)
         if url.path == CONTROL_PATH:

@@ -1,0 +1,907 @@
+"""ollama-standin: a STAND-IN for Ollama, not Ollama itself.
+
+Ollama and model weights cannot be installed on the project's test machines, so tests, the
+demo and the lab containers run this small server instead. It speaks the part of Ollama's
+HTTP API (https://github.com/ollama/ollama/blob/main/docs/api.md) that the workers and the
+Ansible module use, closely enough that unchanged clients work against it:
+
+- ``GET /`` (``Ollama is running``), ``GET /api/version``, ``GET /api/tags``,
+  ``POST /api/show``, ``DELETE /api/delete``;
+- ``POST /api/pull``: NDJSON progress (``pulling manifest``, ``pulling <digest>`` with
+  ``total``/``completed``, ``verifying sha256 digest``, ``writing manifest``,
+  ``success``), or one ``{"status": "success"}`` with ``"stream": false``; errors come as
+  Ollama sends them: ``{"error": ...}`` inside the stream, or 500 when not streamed;
+- ``POST /api/generate`` and ``POST /api/chat``, streamed or not: the answer is a short,
+  deterministic "summary" quoting the start of the prompt (Japanese is fine), spread over
+  the configured latency, with Ollama's final statistics (``done_reason``,
+  ``total_duration``, ``eval_count``, ...).
+
+Unknown paths answer ``404 page not found`` as Ollama does. Settings come from
+command-line flags or ``STANDIN_*`` environment variables at start, and can be read and
+changed at runtime with ``GET``/``POST /_standin/config`` (a JSON object of the same
+settings), which also reports how many requests each endpoint served. ``--state-file``
+keeps the models present across restarts.
+
+Standard library only: the file runs alone (``python3 ollama.py --port 11434``) on any
+machine with Python 3.11, or as ``python3 -m lab.standins.ollama`` from the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import SplitResult, urlsplit
+
+# ---- shared stand-in core: kept identical in searxng.py and ollama.py so that each file ----
+# ---- runs alone when copied to a host; tests/standins/test_core.py checks they match. ----
+
+CONTROL_PATH = "/_standin/config"
+READ_ONLY_KEYS = ("standin", "requests")
+OFF_WORDS = ("", "0", "false", "no", "off", "none", "null")
+ON_WORDS = ("1", "true", "yes", "on")
+
+
+class BadSetting(ValueError):
+    """A setting value that cannot be used; the message says what to give instead."""
+
+
+def as_float(minimum: float) -> Callable[[object], float]:
+    """Coerce to a finite number no smaller than ``minimum`` (from JSON or from text)."""
+
+    def coerce(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise BadSetting(f"expected a number >= {minimum:g}, got {value!r}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise BadSetting(f"expected a number >= {minimum:g}, got {value!r}") from None
+        if not math.isfinite(number) or number < minimum:
+            raise BadSetting(f"expected a number >= {minimum:g}, got {value!r}")
+        return number
+
+    return coerce
+
+
+def as_bool(value: object) -> bool:
+    """Coerce to a boolean: JSON true/false, or words such as on/off, yes/no, 1/0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ON_WORDS:
+        return True
+    if isinstance(value, str) and value.strip().lower() in OFF_WORDS:
+        return False
+    raise BadSetting(f"expected true or false, got {value!r}")
+
+
+def as_fail(modes: Sequence[str]) -> Callable[[object], str | None]:
+    """Coerce a failure mode: off (null/false), one of ``modes``; true means ``"error"``."""
+
+    def coerce(value: object) -> str | None:
+        if value is None or value is False:
+            return None
+        if value is True:
+            return "error"
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in OFF_WORDS:
+                return None
+            if word in ON_WORDS:
+                return "error"
+            if word in modes:
+                return word
+        choices = ", ".join(f'"{mode}"' for mode in modes)
+        raise BadSetting(f"expected null (no failure) or one of {choices}, got {value!r}")
+
+    return coerce
+
+
+class Setting:
+    """One setting: its name (also the flag ``--name`` and the variable ``STANDIN_NAME``)."""
+
+    def __init__(
+        self, name: str, default: Any, coerce: Callable[[object], Any], help_text: str
+    ) -> None:
+        self.name = name
+        self.default = default
+        self.coerce = coerce
+        self.help = help_text
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "STANDIN_" + self.name.upper()
+
+
+class Store:
+    """The current settings and per-endpoint request counts, shared by all request threads."""
+
+    def __init__(self, standin: str, schema: Sequence[Setting], values: dict[str, Any]) -> None:
+        self.standin = standin
+        self.schema = {setting.name: setting for setting in schema}
+        self.values = dict(values)
+        self.requests: Counter[str] = Counter()
+        # Re-entrant so that a caller can hold it across a get() and the update() it decides.
+        self.lock = threading.RLock()
+
+    def get(self, name: str) -> Any:
+        with self.lock:
+            return self.values[name]
+
+    def count(self, endpoint: str) -> None:
+        with self.lock:
+            self.requests[endpoint] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "standin": self.standin,
+                **json.loads(json.dumps(self.values)),
+                "requests": dict(sorted(self.requests.items())),
+            }
+
+    def update(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Apply all of ``changes`` or none of them (``BadSetting`` names the first bad one)."""
+        coerced: dict[str, Any] = {}
+        for name, value in changes.items():
+            if name in READ_ONLY_KEYS:
+                continue  # a config read back and posted again carries them; not settings
+            setting = self.schema.get(name)
+            if setting is None:
+                known = ", ".join(sorted(self.schema))
+                raise BadSetting(f"unknown setting {name!r}; the settings are: {known}")
+            try:
+                coerced[name] = setting.coerce(value)
+            except BadSetting as exc:
+                raise BadSetting(f"{name}: {exc}") from None
+        with self.lock:
+            self.values.update(coerced)
+            self.applied(coerced)
+            return self.snapshot()
+
+    def applied(self, changes: dict[str, Any]) -> None:
+        """Hook run under the lock after settings changed (e.g. to persist some of them)."""
+
+
+def parse_command_line(
+    parser: argparse.ArgumentParser,
+    schema: Sequence[Setting],
+    default_port: int,
+    argv: Sequence[str] | None,
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """Parse ``--bind``, ``--port`` and one flag per setting; flags win over ``STANDIN_*``."""
+    parser.add_argument(
+        "--bind",
+        default=os.environ.get("STANDIN_BIND", "127.0.0.1"),
+        help="address to listen on (env STANDIN_BIND; default 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("STANDIN_PORT", default_port)),
+        help=f"TCP port (env STANDIN_PORT; default {default_port})",
+    )
+    for setting in schema:
+        parser.add_argument(
+            setting.flag,
+            dest=setting.name,
+            metavar="VALUE",
+            nargs="?",
+            const="true" if setting.coerce is as_bool else None,
+            help=f"{setting.help} (env {setting.env}; default {json.dumps(setting.default)})",
+        )
+    args = parser.parse_args(argv)
+    values: dict[str, Any] = {}
+    for setting in schema:
+        raw, source = getattr(args, setting.name), setting.flag
+        if raw is None:
+            raw, source = os.environ.get(setting.env), setting.env
+        if raw is None:
+            values[setting.name] = json.loads(json.dumps(setting.default))
+            continue
+        try:
+            values[setting.name] = setting.coerce(raw)
+        except BadSetting as exc:
+            parser.error(f"{source}: {exc}")
+    return args, values
+
+
+class StandinHandler(BaseHTTPRequestHandler):
+    """Routing, bodies, streaming and the control endpoint; subclasses add the API routes."""
+
+    protocol_version = "HTTP/1.1"
+    standin_name = "standin"
+    # path -> {HTTP method -> name of the handler method taking the split URL}
+    routes: ClassVar[dict[str, dict[str, str]]] = {}
+    store: ClassVar[Store]
+
+    def version_string(self) -> str:
+        return self.standin_name
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Named lines, so that two stand-ins logging to one terminal can be told apart.
+        sys.stderr.write(f"{self.standin_name} {self.address_string()} {format % args}\n")
+
+    def handle(self) -> None:
+        # A client that gives up (e.g. its timeout fired while we "hung") is normal here.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            super().handle()
+
+    def do_GET(self) -> None:
+        self.dispatch()
+
+    def do_HEAD(self) -> None:
+        self.dispatch()
+
+    def do_POST(self) -> None:
+        self.dispatch()
+
+    def do_DELETE(self) -> None:
+        self.dispatch()
+
+    def do_PUT(self) -> None:
+        self.dispatch()
+
+    def do_PATCH(self) -> None:
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        url = urlsplit(self.path)
+        if url.path == CONTROL_PATH:
+            self.control()
+            return
+        methods = self.routes.get(url.path)
+        if methods is None:
+            self.read_body()
+            self.not_found()
+            return
+        handler = methods.get(self.command)
+        if handler is None:
+            self.read_body()
+            self.method_not_allowed(sorted(methods))
+            return
+        self.store.count(url.path)
+        getattr(self, handler)(url)
+
+    def not_found(self) -> None:
+        raise NotImplementedError
+
+    def method_not_allowed(self, allowed: list[str]) -> None:
+        raise NotImplementedError
+
+    # -- bodies ------------------------------------------------------------------------------
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send_body(
+        self, status: int, body: bytes, content_type: str, headers: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_json(self, status: int, document: object) -> None:
+        body = json.dumps(document, ensure_ascii=False).encode()
+        self.send_body(status, body, "application/json; charset=utf-8")
+
+    def start_stream(self, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def stream_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # -- injected behaviour ------------------------------------------------------------------
+    def hang(self) -> None:
+        """Stay silent longer than a client's timeout, bounded by ``hang_seconds``."""
+        time.sleep(self.store.get("hang_seconds"))
+
+    # -- the control endpoint ----------------------------------------------------------------
+    def control(self) -> None:
+        body = self.read_body()
+        if self.command == "GET":
+            self.send_json(200, self.store.snapshot())
+            return
+        if self.command != "POST":
+            self.send_json(405, {"error": f"use GET or POST on {CONTROL_PATH}"})
+            return
+        try:
+            changes = json.loads(body or b"{}")
+        except ValueError as exc:
+            self.send_json(400, {"error": f"the body is not JSON ({exc}); send an object"})
+            return
+        if not isinstance(changes, dict):
+            self.send_json(400, {"error": 'send a JSON object of settings, e.g. {"latency": 2}'})
+            return
+        try:
+            snapshot = self.store.update(changes)
+        except BadSetting as exc:
+            self.send_json(400, {"error": str(exc)})
+            return
+        self.log_message("settings changed: %s", json.dumps(changes, ensure_ascii=False))
+        self.send_json(200, snapshot)
+
+
+def serve(handler: type[StandinHandler], store: Store, bind: str, port: int, what: str) -> None:
+    """Listen until interrupted; the first log line says plainly that this is a stand-in."""
+    handler.store = store
+    server = ThreadingHTTPServer((bind, port), handler)
+    server.daemon_threads = True
+    settings = json.dumps(store.snapshot(), ensure_ascii=False)
+    print(
+        f"{store.standin}: a stand-in for {what}, NOT the real thing, listening on "
+        f"http://{bind}:{port} (control: {CONTROL_PATH}); settings {settings}",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+# ---- end of the shared stand-in core ----
+
+NAME = "ollama-standin"
+DEFAULT_PORT = 11434
+DEFAULT_MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+# What Ollama answers when the registry has no such model.
+NO_MANIFEST = "pull model manifest: file does not exist"
+PARAMETER_COUNT = re.compile(r"(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
+QUANTIZATION = re.compile(r"(?i)q\d\w*|f16|f32|bf16|fp16")
+FAMILIES = (("lfm", "lfm2"), ("qwen", "qwen2"), ("gemma", "gemma3"), ("phi", "phi3"))
+# Answer pieces as streamed: up to 8 characters and the spaces after them, so Japanese
+# (no spaces) and English both arrive in several chunks and join back to the exact text.
+PIECES = re.compile(r"\S{1,8}\s*|\s+")
+
+
+def canonical_name(name: str) -> str:
+    """Ollama's spelling of a model name: without a tag, the tag is ``latest``."""
+    name = name.strip()
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
+def is_model_name(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and len(value.split()) == 1
+
+
+def as_model_names(value: object) -> list[str]:
+    """Coerce a list of model names (JSON list, or comma-separated text), canonical, unique."""
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, list) or not all(is_model_name(name) for name in value):
+        raise BadSetting(f"expected a list of model names (or comma-separated text), got {value!r}")
+    names: list[str] = []
+    for name in map(canonical_name, value):
+        if name.lower() not in (known.lower() for known in names):
+            names.append(name)
+    return names
+
+
+def as_pullable(value: object) -> str | list[str]:
+    """Coerce ``"*"`` (any name can be pulled) or a list of the names that can."""
+    if isinstance(value, str) and value.strip() == "*":
+        return "*"
+    try:
+        return as_model_names(value)
+    except BadSetting:
+        raise BadSetting(
+            f'expected "*" (any model) or a list of model names, got {value!r}'
+        ) from None
+
+
+def as_pull_errors(value: object) -> dict[str, str]:
+    """Coerce a map from model name to the error Ollama gives when pulling it."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            value = None
+    if not isinstance(value, dict) or not all(
+        is_model_name(name) and isinstance(error, str) and error.strip()
+        for name, error in value.items()
+    ):
+        raise BadSetting(
+            'expected a JSON object from model name to error text, e.g. {"llama3.2": '
+            f'"pull model manifest: 412: ..."}}, got {value!r}'
+        )
+    return {canonical_name(name): error for name, error in value.items()}
+
+
+def as_text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadSetting(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+SCHEMA = (
+    Setting("models", [DEFAULT_MODEL], as_model_names, "models present (comma-separated)"),
+    Setting("pullable", "*", as_pullable, 'models /api/pull can fetch: "*" (any) or a list'),
+    Setting(
+        "pull_errors",
+        {},
+        as_pull_errors,
+        "JSON object: model name -> the error Ollama gives when pulling it",
+    ),
+    Setting("pull_seconds", 1.0, as_float(0), "how long pulling an absent model takes"),
+    Setting("latency", 0.0, as_float(0), "seconds each generate/chat call takes"),
+    Setting(
+        "fail",
+        None,
+        as_fail(("error", "timeout")),
+        'injected failure: "error" = 500 {"error": fail_message}, '
+        '"timeout" = no answer for hang_seconds',
+    ),
+    Setting(
+        "fail_generate_only",
+        False,
+        as_bool,
+        "the injected failure hits only /api/generate and /api/chat (tags etc. still work)",
+    ),
+    Setting(
+        "fail_message",
+        "llama runner process has terminated: exit status 2",
+        as_text,
+        'the error text of fail="error"',
+    ),
+    Setting("hang_seconds", 600.0, as_float(0), 'how long fail="timeout" stays silent'),
+    Setting("ollama_version", "0.13.0", as_text, "the version /api/version reports"),
+)
+
+
+def now_text() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def json_line(document: object) -> bytes:
+    return json.dumps(document, ensure_ascii=False).encode() + b"\n"
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def describe(name: str) -> dict[str, Any]:
+    """Plausible, deterministic metadata guessed from a model's name."""
+    match = PARAMETER_COUNT.search(name.rsplit("/", 1)[-1])
+    billions = float(match.group(1)) if match else 3.0
+    tag = name.rsplit(":", 1)[-1]
+    family = next((fam for key, fam in FAMILIES if key in name.lower()), "llama")
+    return {
+        "digest": sha256_hex(name.lower()),
+        # About 4.8 bits a weight, as Q4_K_M files weigh.
+        "size": int(billions * 0.6e9),
+        "parameter_count": int(billions * 1e9),
+        "details": {
+            "parent_model": "",
+            "format": "gguf",
+            "family": family,
+            "families": [family],
+            "parameter_size": f"{billions:g}B",
+            "quantization_level": tag.upper() if QUANTIZATION.fullmatch(tag) else "Q4_K_M",
+        },
+    }
+
+
+def layers_for(name: str) -> list[tuple[str, int]]:
+    """The blobs a pull of ``name`` fetches: weights, template, parameters."""
+    return [
+        ("sha256:" + describe(name)["digest"], describe(name)["size"]),
+        ("sha256:" + sha256_hex("template\n" + name.lower()), 1024),
+        ("sha256:" + sha256_hex("params\n" + name.lower()), 96),
+    ]
+
+
+def compose_answer(prompt: str, model: str) -> str:
+    """The stand-in's "summary": deterministic, quoting the start of the prompt."""
+    flat = " ".join(prompt.split())
+    excerpt = flat if len(flat) <= 80 else flat[:80] + "…"
+    return (
+        f"要約: 「{excerpt}」に関する内容です。"
+        f"（{NAME} が {model} の代わりに生成、入力 {len(prompt)} 文字）"
+    )
+
+
+class StateFileError(ValueError):
+    """The state file exists but cannot be read back."""
+
+
+def load_state(path: Path) -> dict[str, str] | None:
+    """Models present (name -> modified_at) saved by an earlier run, or None without a file."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        entries = document["models"]
+        models = {canonical_name(entry["name"]): str(entry["modified_at"]) for entry in entries}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StateFileError(
+            f"state file {path} cannot be read ({type(exc).__name__}: {exc}); "
+            "fix it or delete it to start from --models"
+        ) from None
+    return models
+
+
+def save_state(path: Path, models: dict[str, str]) -> None:
+    """Write atomically, so a restart never finds half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "standin": NAME,
+        "models": [{"name": name, "modified_at": when} for name, when in models.items()],
+    }
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", "utf-8")
+    os.replace(temporary, path)
+
+
+class OllamaStore(Store):
+    """Settings plus when each present model was pulled; persisted to the state file."""
+
+    def __init__(
+        self,
+        values: dict[str, Any],
+        state_file: Path | None,
+        modified: dict[str, str],
+    ) -> None:
+        super().__init__(NAME, SCHEMA, values)
+        self.state_file = state_file
+        self.modified = modified
+        self.applied({"models": values["models"]})
+
+    def applied(self, changes: dict[str, Any]) -> None:
+        if "models" in changes:
+            stamp = now_text()
+            self.modified = {name: self.modified.get(name, stamp) for name in changes["models"]}
+            if self.state_file is not None:
+                save_state(self.state_file, self.modified)
+
+    def find(self, requested: str) -> str | None:
+        """The present model a request names (Ollama matches names case-insensitively)."""
+        wanted = canonical_name(requested).lower()
+        with self.lock:
+            return next((name for name in self.modified if name.lower() == wanted), None)
+
+    def add_model(self, name: str) -> None:
+        with self.lock:
+            if self.find(name) is None:
+                self.update({"models": [*self.values["models"], name]})
+
+    def remove_model(self, requested: str) -> bool:
+        with self.lock:
+            name = self.find(requested)
+            if name is None:
+                return False
+            self.update({"models": [known for known in self.values["models"] if known != name]})
+            return True
+
+    def pull_error(self, name: str) -> str | None:
+        """The error pulling ``name`` gives, or None when the pull succeeds."""
+        with self.lock:
+            errors = {known.lower(): error for known, error in self.values["pull_errors"].items()}
+            if name.lower() in errors:
+                return errors[name.lower()]
+            pullable = self.values["pullable"]
+            if pullable == "*" or self.find(name) is not None:
+                return None
+            return None if name.lower() in (known.lower() for known in pullable) else NO_MANIFEST
+
+    def listing(self) -> list[dict[str, Any]]:
+        with self.lock:
+            present = sorted(self.modified.items(), key=lambda item: item[1], reverse=True)
+        models = []
+        for name, modified_at in present:
+            info = describe(name)
+            models.append(
+                {
+                    "name": name,
+                    "model": name,
+                    "modified_at": modified_at,
+                    "size": info["size"],
+                    "digest": info["digest"],
+                    "details": info["details"],
+                }
+            )
+        return models
+
+
+class OllamaHandler(StandinHandler):
+    standin_name = NAME
+    store: ClassVar[OllamaStore]
+    routes: ClassVar[dict[str, dict[str, str]]] = {
+        "/": {"GET": "root", "HEAD": "root"},
+        "/api/version": {"GET": "version", "HEAD": "version"},
+        "/api/tags": {"GET": "tags", "HEAD": "tags"},
+        "/api/show": {"POST": "show"},
+        "/api/pull": {"POST": "pull"},
+        "/api/delete": {"DELETE": "delete"},
+        "/api/generate": {"POST": "generate"},
+        "/api/chat": {"POST": "chat"},
+    }
+
+    # Ollama (gin) answers these in plain text.
+    def not_found(self) -> None:
+        self.send_body(404, b"404 page not found", "text/plain")
+
+    def method_not_allowed(self, allowed: list[str]) -> None:
+        self.send_body(405, b"405 method not allowed", "text/plain")
+
+    def read_request(self) -> dict[str, Any] | None:
+        """The JSON body, or None once a 400 has been answered as Ollama words it."""
+        body = self.read_body()
+        if not body.strip():
+            self.send_json(400, {"error": "missing request body"})
+            return None
+        try:
+            request = json.loads(body)
+        except ValueError as exc:
+            self.send_json(400, {"error": f"invalid JSON in the request body: {exc}"})
+            return None
+        if not isinstance(request, dict):
+            self.send_json(400, {"error": "the request body must be a JSON object"})
+            return None
+        return request
+
+    def injected_failure(self, generation: bool) -> bool:
+        """Answer the injected failure if it applies here; True when it did."""
+        fail = self.store.get("fail")
+        if fail is None or (self.store.get("fail_generate_only") and not generation):
+            return False
+        if fail == "timeout":
+            self.hang()
+        self.send_json(500, {"error": self.store.get("fail_message")})
+        return True
+
+    def root(self, url: SplitResult) -> None:
+        if not self.injected_failure(generation=False):
+            self.send_body(200, b"Ollama is running", "text/plain; charset=utf-8")
+
+    def version(self, url: SplitResult) -> None:
+        if not self.injected_failure(generation=False):
+            self.send_json(200, {"version": self.store.get("ollama_version")})
+
+    def tags(self, url: SplitResult) -> None:
+        if not self.injected_failure(generation=False):
+            self.send_json(200, {"models": self.store.listing()})
+
+    def show(self, url: SplitResult) -> None:
+        request = self.read_request()
+        if request is None:
+            return
+        requested = request.get("model") or request.get("name")
+        if not is_model_name(requested):
+            self.send_json(400, {"error": "model is required"})
+            return
+        if self.injected_failure(generation=False):
+            return
+        name = self.store.find(requested)
+        if name is None:
+            self.send_json(404, {"error": f"model '{requested}' not found"})
+            return
+        info = describe(name)
+        self.send_json(
+            200,
+            {
+                "license": "",
+                "modelfile": '# Modelfile generated by "ollama show"\n'
+                "# To build a new Modelfile based on this, replace FROM with:\n"
+                f"# FROM {name}\n\nFROM {name}\n"
+                'TEMPLATE "{{ .Prompt }}"\n',
+                "parameters": "",
+                "template": "{{ .Prompt }}",
+                "details": info["details"],
+                "model_info": {
+                    "general.architecture": info["details"]["family"],
+                    "general.parameter_count": info["parameter_count"],
+                },
+                "capabilities": ["completion"],
+                "modified_at": self.store.modified.get(name, now_text()),
+            },
+        )
+
+    def delete(self, url: SplitResult) -> None:
+        request = self.read_request()
+        if request is None:
+            return
+        requested = request.get("model") or request.get("name") or ""
+        if not is_model_name(requested):
+            self.send_json(400, {"error": f"name {json.dumps(requested)} is invalid"})
+            return
+        if self.injected_failure(generation=False):
+            return
+        if not self.store.remove_model(requested):
+            self.send_json(404, {"error": f"model '{requested}' not found"})
+            return
+        self.send_body(200, b"", "text/plain; charset=utf-8")
+
+    def pull(self, url: SplitResult) -> None:
+        request = self.read_request()
+        if request is None:
+            return
+        requested = request.get("model") or request.get("name")
+        if not is_model_name(requested):
+            self.send_json(400, {"error": "invalid model name"})
+            return
+        if self.injected_failure(generation=False):
+            return
+        events = self.pull_events(canonical_name(requested))
+        if request.get("stream", True) is not False:
+            self.start_stream("application/x-ndjson")
+            for event in events:
+                self.stream_chunk(json_line(event))
+            self.end_stream()
+            return
+        last: dict[str, Any] = {}
+        for event in events:
+            if "error" in event:
+                self.send_json(500, event)
+                return
+            last = event
+        self.send_json(200, last)
+
+    def pull_events(self, name: str) -> Iterator[dict[str, Any]]:
+        """Ollama's progress messages, paced over ``pull_seconds``; the model lands at the end."""
+        yield {"status": "pulling manifest"}
+        error = self.store.pull_error(name)
+        if error is not None:
+            yield {"error": error}
+            return
+        # A model already present has its blobs: the pull only re-checks them.
+        seconds = 0.0 if self.store.find(name) else self.store.get("pull_seconds")
+        steps = 4
+        for index, (digest, total) in enumerate(layers_for(name)):
+            status = f"pulling {digest[7:19]}"
+            if index > 0:
+                yield {"status": status, "digest": digest, "total": total, "completed": total}
+                continue
+            yield {"status": status, "digest": digest, "total": total}
+            for step in range(1, steps + 1):
+                time.sleep(seconds / steps)
+                completed = total * step // steps
+                yield {"status": status, "digest": digest, "total": total, "completed": completed}
+        yield {"status": "verifying sha256 digest"}
+        yield {"status": "writing manifest"}
+        self.store.add_model(name)
+        yield {"status": "success"}
+
+    def generate(self, url: SplitResult) -> None:
+        request = self.read_request()
+        if request is not None:
+            self.answer(request, chat=False)
+
+    def chat(self, url: SplitResult) -> None:
+        request = self.read_request()
+        if request is not None:
+            self.answer(request, chat=True)
+
+    def answer(self, request: dict[str, Any], chat: bool) -> None:
+        started = time.monotonic_ns()
+        requested = request.get("model")
+        if not is_model_name(requested):
+            self.send_json(400, {"error": "model is required"})
+            return
+        name = self.store.find(requested)
+        if name is None:
+            self.send_json(404, {"error": f"model '{requested}' not found"})
+            return
+        if self.injected_failure(generation=True):
+            return
+        if chat:
+            messages = request.get("messages") or []
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                self.send_json(400, {"error": "messages must be a list of {role, content}"})
+                return
+            users = [m for m in messages if m.get("role") == "user"] or messages
+            prompt = str(users[-1].get("content") or "") if users else ""
+            nothing_asked = not messages
+        else:
+            prompt = str(request.get("prompt") or "")
+            nothing_asked = not prompt
+
+        def reply(content: str, done: bool) -> dict[str, Any]:
+            message: dict[str, Any] = {"model": requested, "created_at": now_text()}
+            if chat:
+                message["message"] = {"role": "assistant", "content": content}
+            else:
+                message["response"] = content
+            message["done"] = done
+            return message
+
+        if nothing_asked:
+            # Ollama loads (or, with keep_alive 0, unloads) the model and answers at once.
+            unload = request.get("keep_alive") in (0, "0", "0s")
+            self.send_json(200, {**reply("", True), "done_reason": "unload" if unload else "load"})
+            return
+        text = compose_answer(prompt, name)
+        if request.get("format") == "json" or isinstance(request.get("format"), dict):
+            text = json.dumps({"summary": text}, ensure_ascii=False)
+        pieces = PIECES.findall(text)
+        latency = self.store.get("latency")
+
+        def final(content: str) -> dict[str, Any]:
+            total = time.monotonic_ns() - started
+            load, prompt_eval = min(total // 10, 5_000_000), min(total // 10, 20_000_000)
+            return {
+                **reply(content, True),
+                "done_reason": "stop",
+                "total_duration": total,
+                "load_duration": load,
+                "prompt_eval_count": len(prompt) // 2 + 1,
+                "prompt_eval_duration": prompt_eval,
+                "eval_count": len(pieces),
+                "eval_duration": max(total - load - prompt_eval, 0),
+            }
+
+        if request.get("stream", True) is False:
+            time.sleep(latency)
+            self.send_json(200, final(text))
+            return
+        self.start_stream("application/x-ndjson")
+        for piece in pieces:
+            time.sleep(latency / len(pieces))
+            self.stream_chunk(json_line(reply(piece, False)))
+        self.stream_chunk(json_line(final("")))
+        self.end_stream()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog=NAME,
+        description="A stand-in for Ollama (not Ollama): its HTTP API with made-up, "
+        "deterministic answers; settings change at runtime with "
+        f"POST {CONTROL_PATH}.",
+    )
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=os.environ.get("STANDIN_STATE_FILE") or None,
+        help="JSON file keeping the models present across restarts; when it exists it "
+        "wins over --models (env STANDIN_STATE_FILE)",
+    )
+    args, values = parse_command_line(parser, SCHEMA, DEFAULT_PORT, argv)
+    modified: dict[str, str] = {}
+    if args.state_file is not None:
+        try:
+            saved = load_state(args.state_file)
+        except StateFileError as exc:
+            parser.error(str(exc))
+        if saved is not None:
+            values["models"], modified = list(saved), saved
+    store = OllamaStore(values, args.state_file, modified)
+    serve(OllamaHandler, store, args.bind, args.port, "Ollama")
+
+
+if __name__ == "__main__":
+    main()
