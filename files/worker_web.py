@@ -373,6 +373,7 @@ class WebWorker:
                               f"table: {_one_line(error)}") from None
         finally:
             conn.rollback()
+        self.db = conn
         log.info("PostgreSQL OK (%s, can write tasks)", where)
 
     def check_searxng(self) -> None:
