@@ -1,0 +1,183 @@
+"""Helpers to run coordinator_task the way Ansible does, against real PostgreSQL.
+
+``run_probe`` writes a one-task playbook into a temporary directory and runs
+``ansible-playbook`` on localhost (connection local, this venv's Python), with ANSIBLE_LIBRARY
+and ANSIBLE_MODULE_UTILS pointing at this repository, so neither the repo's ansible.cfg nor an
+installed copy is involved. ``SqlWorker`` plays the worker with the guarded SQL of
+docs/design.md while the module waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from coordinator.schema import ensure_schema
+from lab.throwaway import ThrowawayPostgres
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+ANSIBLE_PLAYBOOK = str(Path(PYTHON).parent / "ansible-playbook")
+WEB_QUEUES = ["tasks:web"]
+
+
+@dataclass
+class ProbeRun:
+    """What ansible-playbook reported for the probe task."""
+
+    rc: int
+    result: dict
+    stdout: str
+    stderr: str
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.result.get("failed"))
+
+    @property
+    def msg(self) -> str:
+        return self.result.get("msg", "")
+
+
+def create_schema(dsn: str) -> None:
+    """The Coordinator's own schema code, so the tests and the Coordinator share one schema."""
+
+    async def apply() -> None:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            await ensure_schema(conn)
+        finally:
+            await conn.close()
+
+    asyncio.run(apply())
+
+
+def pg_args(pg: ThrowawayPostgres, **changes: object) -> dict[str, object]:
+    """The module's PostgreSQL options for the throwaway server."""
+    args: dict[str, object] = {
+        "login_host": "127.0.0.1",
+        "login_port": pg.port,
+        "login_user": "coordinator",
+        "login_password": pg.password,
+        "login_db": "coordinator",
+    }
+    args.update(changes)
+    return args
+
+
+def _playbook(args: dict[str, object]) -> str:
+    # JSON is YAML: the arguments go in verbatim, with no quoting surprises.
+    play = [{
+        "hosts": "localhost",
+        "gather_facts": False,
+        "tasks": [{"name": "probe", "coordinator_task": args}],
+    }]
+    return json.dumps(play, ensure_ascii=False)
+
+
+def _env(tmp: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update({
+        "ANSIBLE_LIBRARY": str(REPO / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
+        "ANSIBLE_HOME": str(tmp / "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+    })
+    env.update(extra)
+    return env
+
+
+def start_probe(
+    tmp: Path, args: dict[str, object], check: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "probe.yml").write_text(_playbook(args))
+    command = [
+        ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local",
+        "-e", f"ansible_python_interpreter={PYTHON}", "probe.yml",
+    ]
+    if check:
+        command.append("--check")
+    return subprocess.Popen(
+        command, cwd=tmp, env=_env(tmp, env or {}), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def finish_probe(proc: subprocess.Popen[str]) -> ProbeRun:
+    stdout, stderr = proc.communicate(timeout=180)
+    try:
+        report = json.loads(stdout)
+        result = report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError):
+        pytest.fail(f"ansible-playbook gave no JSON result (rc {proc.returncode}):\n"
+                    f"{stdout}\n{stderr}")
+    return ProbeRun(proc.returncode, result, stdout, stderr)
+
+
+class SqlWorker:
+    """Plays a web worker with plain SQL: the guarded claim and result of docs/design.md."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def wait_for_task(self, prompt: str, proc: subprocess.Popen[str]) -> str:
+        """The id of the task routed with ``prompt``, once the Coordinator has written it."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            row = self.conn.execute(
+                "SELECT id::text FROM tasks WHERE prompt = %s", (prompt,)
+            ).fetchone()
+            if row:
+                return row[0]
+            if proc.poll() is not None:
+                pytest.fail(f"the probe ended before routing: {finish_probe(proc).msg}")
+            time.sleep(0.05)
+        pytest.fail(f"no task with prompt {prompt!r} appeared in PostgreSQL within 60s")
+
+    def claim(self, task_id: str, worker_id: str, host: str) -> uuid.UUID:
+        claim = uuid.uuid4()
+        row = self.conn.execute(
+            "UPDATE tasks SET status='running', claim=%s, worker_id=%s, worker_host=%s,"
+            " started_at=clock_timestamp(), attempts=attempts+1"
+            " WHERE id=%s AND status='queued' AND queue = ANY(%s) RETURNING id",
+            (claim, worker_id, host, task_id, WEB_QUEUES),
+        ).fetchone()
+        assert row is not None, f"task {task_id} could not be claimed"
+        return claim
+
+    def finish(
+        self, task_id: str, claim: uuid.UUID, status: str = "done", result: str | None = None,
+        fallback: bool = False, error: str | None = None,
+    ) -> None:
+        row = self.conn.execute(
+            "UPDATE tasks SET status=%s, result=%s, fallback=%s, error=%s, worker='web-worker',"
+            " finished_at=clock_timestamp()"
+            " WHERE id=%s AND status='running' AND claim=%s RETURNING id",
+            (status, result, fallback, error, task_id, claim),
+        ).fetchone()
+        assert row is not None, f"task {task_id}'s result could not be written"
+
+    def count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def unique_prompt(label: str) -> str:
+    """A prompt no other test routes, so the worker finds exactly this test's task."""
+    return f"What is the weather in Tokyo today? ({label} {uuid.uuid4()})"
