@@ -192,13 +192,14 @@ def parse_command_line(
         help=f"TCP port (env STANDIN_PORT; default {default_port})",
     )
     for setting in schema:
+        # A bare boolean flag (--fail-generate-only) means true; others need their value.
+        switch = {"nargs": "?", "const": "true"} if setting.coerce is as_bool else {}
         parser.add_argument(
             setting.flag,
             dest=setting.name,
             metavar="VALUE",
-            nargs="?",
-            const="true" if setting.coerce is as_bool else None,
             help=f"{setting.help} (env {setting.env}; default {json.dumps(setting.default)})",
+            **switch,
         )
     args = parser.parse_args(argv)
     values: dict[str, Any] = {}

@@ -1,0 +1,100 @@
+"""What both stand-ins share: one core in two files, single-file runs, start-up errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+from standin_process import REPO, STANDINS, clean_env
+
+START = "# ---- shared stand-in core"
+END = "# ---- end of the shared stand-in core ----"
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def shared_core(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    return text[text.index(START) : text.index(END)]
+
+
+def test_the_shared_core_is_identical_in_both_files():
+    # Each file must run alone on a lab host, so the core is copied, never imported; a
+    # fix made in one copy only would make the stand-ins disagree.
+    assert shared_core(STANDINS / "searxng.py") == shared_core(STANDINS / "ollama.py")
+
+
+@pytest.mark.parametrize(
+    ("module", "probe", "expected"),
+    [("ollama", "/", "Ollama is running"), ("searxng", "/healthz", "OK")],
+)
+def test_a_copied_file_runs_alone_on_the_standard_library(
+    launch_file, tmp_path, module, probe, expected
+):
+    copy = tmp_path / "opt" / "standins" / f"{module}.py"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(STANDINS / f"{module}.py", copy)
+    # Isolated mode (-I): no repository, no virtualenv, no user site: only the stdlib.
+    python = [str(SYSTEM_PYTHON), "-I"] if SYSTEM_PYTHON.exists() else [sys.executable, "-I"]
+
+    standin = launch_file(python, copy)
+
+    response = requests.get(f"{standin.url}{probe}", timeout=5)
+    assert (response.status_code, response.text) == (200, expected)
+    assert standin.config()["standin"] == f"{module}-standin"
+    assert f"{module}-standin: a stand-in for" in standin.log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--latency", "-1"], "ollama-standin: error: --latency: expected a number >= 0, got '-1'"),
+        (
+            ["--fail", "sometimes"],
+            "ollama-standin: error: --fail: expected null (no failure) or one of "
+            '"error", "timeout", got \'sometimes\'',
+        ),
+        (
+            ["--pull-errors", "[1]"],
+            "ollama-standin: error: --pull-errors: expected a JSON object from model name to "
+            'error text, e.g. {"llama3.2": "pull model manifest: 412: ..."}, got [1]',
+        ),
+    ],
+)
+def test_a_bad_flag_stops_the_start_with_one_line(args, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "lab.standins.ollama", *args],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == message
+
+
+def test_a_bad_environment_variable_names_the_variable():
+    result = subprocess.run(
+        [sys.executable, "-m", "lab.standins.searxng"],
+        cwd=REPO,
+        env=clean_env({"STANDIN_RESULTS": "many"}),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "searxng-standin: error: STANDIN_RESULTS: expected a whole number from 0 to 50, got 'many'"
+    )
+
+
+def test_a_bare_boolean_flag_means_true(launch):
+    ollama = launch("ollama", "--fail-generate-only")
+
+    assert ollama.config()["fail_generate_only"] is True
