@@ -1,0 +1,262 @@
+"""Fixtures for the worker tests: the real Coordinator, the SearXNG and Ollama stand-ins, and
+worker processes started as a user starts them (`python files/worker_web.py` with env).
+
+Everything listens on 127.0.0.1. The Coordinator runs with a 2 s heartbeat TTL so the Reaper
+acts within seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+import pytest
+import redis
+import requests
+
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+FILES = REPO / "files"
+PYTHON = sys.executable
+MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+HEARTBEAT_TTL = 2
+DEFAULT_WAIT = 20.0
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_WAIT,
+               what: str = "condition") -> Any:
+    """Poll until `predicate` returns something truthy; return it, or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+class Service:
+    """A subprocess with its output in a file, so tests can read what a user would see."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, cwd: Path) -> None:
+        self.log_path = log
+        self.args = args
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=out,
+                                         stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def lines(self) -> list[str]:
+        return self.output().splitlines()
+
+    def wait_for(self, text: str, timeout: float = DEFAULT_WAIT) -> str:
+        def found() -> str | None:
+            line = next((line for line in self.lines() if text in line), None)
+            if line is None and self.proc.poll() is not None:
+                raise AssertionError(f"process exited ({self.proc.returncode}) before "
+                                     f"logging {text!r}:\n{self.output()}")
+            return line
+
+        return wait_until(found, timeout, f"{text!r} in {self.log_path.name}")
+
+    def wait_exit(self, timeout: float = DEFAULT_WAIT) -> int:
+        return self.proc.wait(timeout)
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Standin:
+    def __init__(self, module: str, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        name = module.rsplit(".", 1)[-1]
+        self.service = Service(
+            [PYTHON, "-m", module, "--bind", "127.0.0.1", "--port", str(self.port)],
+            dict(os.environ), tmp / f"{name}.log", REPO,
+        )
+        wait_until(self._up, 15, f"{name} stand-in on port {self.port}")
+
+    def _up(self) -> bool:
+        try:
+            return requests.get(f"{self.url}/_standin/config", timeout=1).ok
+        except requests.RequestException:
+            return False
+
+    def config(self, **settings: Any) -> dict[str, Any]:
+        response = requests.post(f"{self.url}/_standin/config", json=settings, timeout=5)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+@pytest.fixture(scope="session")
+def searxng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
+    standin = Standin("lab.standins.searxng", tmp_path_factory.mktemp("searxng"))
+    yield standin
+    standin.service.stop()
+
+
+@pytest.fixture(scope="session")
+def ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
+    standin = Standin("lab.standins.ollama", tmp_path_factory.mktemp("ollama"))
+    yield standin
+    standin.service.stop()
+
+
+class Coordinator:
+    def __init__(self, pg: ThrowawayPostgres, rds: ThrowawayRedis, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, PG_DSN=pg.dsn, REDIS_HOST="127.0.0.1", REDIS_PORT=str(rds.port),
+                   REDIS_PASSWORD=rds.password, COORDINATOR_PORT=str(self.port),
+                   COORDINATOR_HEARTBEAT_TTL=str(HEARTBEAT_TTL))
+        self.service = Service([PYTHON, "-m", "coordinator"], env, tmp / "coordinator.log",
+                               FILES)
+        wait_until(self._healthy, 30, f"the Coordinator on port {self.port}")
+
+    def _healthy(self) -> bool:
+        if self.service.proc.poll() is not None:
+            raise AssertionError(f"the Coordinator exited:\n{self.service.output()}")
+        try:
+            return requests.get(f"{self.url}/health", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def route(self, prompt: str, task_type: str, **extra: str) -> str:
+        response = requests.post(f"{self.url}/route", timeout=10,
+                                 json={"prompt": prompt, "task_type": task_type, **extra})
+        assert response.status_code == 201, response.text
+        return response.json()["task_id"]
+
+    def worker(self, worker_id: str) -> dict[str, Any] | None:
+        response = requests.get(f"{self.url}/workers", timeout=5)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        workers = body["workers"] if isinstance(body, dict) else body
+        return next((w for w in workers if w.get("worker_id", w.get("id")) == worker_id), None)
+
+
+@pytest.fixture(scope="session")
+def coordinator(pg: ThrowawayPostgres, redis_server: ThrowawayRedis,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
+    coord = Coordinator(pg, redis_server, tmp_path_factory.mktemp("coordinator"))
+    yield coord
+    coord.service.stop()
+
+
+@pytest.fixture
+def rds(redis_server: ThrowawayRedis) -> Iterator[redis.Redis]:
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port,
+                         password=redis_server.password, decode_responses=True)
+    # A web task a previous test left queued must not reach this test's worker.
+    client.delete("tasks:web")
+    yield client
+    client.close()
+
+
+class Tasks:
+    """Reads the tasks table as a user's psql would."""
+
+    def __init__(self, pg: ThrowawayPostgres) -> None:
+        self.conn = psycopg2.connect(pg.dsn)
+        self.conn.autocommit = True
+
+    def get(self, task_id: str) -> dict[str, Any]:
+        with self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            cur.execute("SELECT * FROM tasks WHERE id = %s", (task_id,))
+            row = cur.fetchone()
+        assert row is not None, f"task {task_id} is not in the tasks table"
+        return dict(row)
+
+    def wait_status(self, task_id: str, *statuses: str,
+                    timeout: float = DEFAULT_WAIT) -> dict[str, Any]:
+        return wait_until(
+            lambda: (row if (row := self.get(task_id))["status"] in statuses else None),
+            timeout, f"task {task_id} to become {'/'.join(statuses)}",
+        )
+
+
+@pytest.fixture
+def tasks(pg: ThrowawayPostgres, coordinator: Coordinator) -> Iterator[Tasks]:
+    reader = Tasks(pg)
+    yield reader
+    reader.conn.close()
+
+
+@pytest.fixture(autouse=True)
+def reset_standins(request: pytest.FixtureRequest) -> None:
+    """Every test starts from well-behaved stand-ins (only those it uses)."""
+    if "searxng" in request.fixturenames:
+        request.getfixturevalue("searxng").config(latency=0, fail=None, json_enabled=True,
+                                                  results=5)
+    if "ollama" in request.fixturenames:
+        request.getfixturevalue("ollama").config(latency=0, fail=None, models=[MODEL],
+                                                 fail_generate_only=False)
+
+
+WorkerFactory = Callable[..., Service]
+
+
+@pytest.fixture
+def web_env(pg: ThrowawayPostgres, redis_server: ThrowawayRedis, coordinator: Coordinator,
+            searxng: Standin, ollama: Standin) -> dict[str, str]:
+    """The environment of a web worker, as the post's table has it, with a fresh WORKER_ID."""
+    return {
+        "PATH": os.environ["PATH"],
+        "REDIS_HOST": "127.0.0.1",
+        "REDIS_PORT": str(redis_server.port),
+        "REDIS_PASSWORD": redis_server.password,
+        "PG_DSN": pg.dsn,
+        "SEARXNG_URL": searxng.url,
+        "OLLAMA_HOST": ollama.url,
+        "OLLAMA_MODEL": MODEL,
+        "COORDINATOR_URL": coordinator.url,
+        "WORKER_ID": f"web-{uuid.uuid4().hex[:8]}",
+        "WORKER_HOST": "worker-host-a",
+        "SHUTDOWN_TIMEOUT": "30",
+    }
+
+
+# What a role copies to a node for each program: worker_web.py goes alone.
+SHIPPED = {"worker_web.py": ["worker_web.py"],
+           "worker_infer.py": ["worker_infer.py", "worker_base.py"]}
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[WorkerFactory]:
+    """Start a worker as a user does (`python worker_web.py` with env) from a folder holding
+    only the files a role ships; every process still alive is killed afterwards."""
+    started: list[Service] = []
+
+    def start(env: dict[str, str], script: str = "worker_web.py") -> Service:
+        node = tmp_path / "node"
+        node.mkdir(exist_ok=True)
+        for name in SHIPPED[script]:
+            shutil.copy(FILES / name, node / name)
+        log = tmp_path / f"{script}-{env.get('WORKER_ID', 'none')}-{len(started)}.log"
+        service = Service([PYTHON, script], env, log, node)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()

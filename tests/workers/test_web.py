@@ -1,0 +1,350 @@
+"""worker_web.py as a user runs it: the real Coordinator, PostgreSQL and Redis, and the
+SearXNG and Ollama stand-ins, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import psycopg2
+import pytest
+import requests
+import worker_web
+
+from lab.throwaway import free_port
+
+from .conftest import FILES, MODEL, PYTHON, wait_until
+
+START_LINES = ["Redis OK", "PostgreSQL OK", "SearXNG OK", "Ollama OK", "register",
+               "Waiting on queues ['tasks:web']"]
+WAITING = "Waiting on queues ['tasks:web']"
+TOKYO = "今日の東京の天気は？"
+
+
+def messages(service) -> list[str]:
+    """Log lines without their timestamp: 'LEVEL message'."""
+    return [line.split(" ", 2)[2] for line in service.lines() if line[:2] == "20"]
+
+
+def error_of(service) -> str:
+    """The message of the last ERROR line, as the operator reads it."""
+    return [m for m in messages(service) if m.startswith("ERROR ")][-1][len("ERROR "):]
+
+
+def line_index(lines: list[str], text: str) -> int:
+    return next(i for i, line in enumerate(lines) if line.startswith(f"INFO {text}"))
+
+
+def first_search_result(searxng, query: str) -> dict:
+    response = requests.get(f"{searxng.url}/search", params={"q": query, "format": "json"},
+                            timeout=5)
+    return response.json()["results"][0]
+
+
+# --- the happy path ------------------------------------------------------------------------
+
+def test_japanese_query_end_to_end(web_env, start_worker, coordinator, tasks, rds, pg,
+                                   redis_server):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    task_id = coordinator.route(TOKYO, "web_search")
+
+    row = tasks.wait_status(task_id, "done", "failed")
+    assert row["status"] == "done", row["error"]
+    assert row["worker"] == "web-worker"
+    assert row["worker_id"] == web_env["WORKER_ID"]
+    assert row["worker_host"] == "worker-host-a"
+    assert row["fallback"] is False
+    assert row["attempts"] == 1
+    assert row["error"] is None
+    # The stand-in's "summary" quotes the start of the prompt it was given.
+    assert row["result"].startswith("要約: 「Question: 今日の東京の天気は？")
+    answer = requests.get(f"{coordinator.url}/task/{task_id}", timeout=5).json()
+    assert (answer["status"], answer["result"]) == ("done", row["result"])
+    assert rds.llen(f"processing:{web_env['WORKER_ID']}") == 0
+    output = worker.output()
+    for secret in (pg.password, redis_server.password):
+        assert secret not in output
+    assert "password=***" in output
+
+
+def test_start_up_lines_in_order_and_one_version(web_env, start_worker, coordinator):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    lines = messages(worker)
+    positions = [line_index(lines, text) for text in START_LINES]
+    assert positions == sorted(positions)
+    assert lines[0] == f"INFO Web Search Worker starting (v{worker_web.VERSION})."
+
+    shipped = subprocess.run([PYTHON, str(FILES / "worker_web.py"), "--version"],
+                             capture_output=True, text=True, check=True).stdout
+    assert shipped == f"{worker_web.VERSION}\n"
+    assert shipped.strip() == "2.1"
+    registered = wait_until(lambda: coordinator.worker(web_env["WORKER_ID"]), 10,
+                            "the worker in GET /workers")
+    assert registered["version"] == shipped.strip()
+    assert registered["host"] == "worker-host-a"
+    assert registered["kind"] == "web"
+    assert registered["queues"] == ["tasks:web"]
+    assert registered["pid"] == worker.pid
+
+
+# --- failures while working ----------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["error", "timeout"])
+def test_summary_failure_falls_back_to_the_search_results(how, web_env, start_worker,
+                                                          coordinator, tasks, searxng, ollama):
+    if how == "timeout":
+        web_env["OLLAMA_TIMEOUT"] = "1"
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    if how == "error":
+        ollama.config(fail="error", fail_generate_only=True)
+        reason = (f"Ollama at {ollama.url} answered HTTP 500 llama runner process has "
+                  "terminated: exit status 2")
+    else:
+        ollama.config(latency=3)
+        reason = f"Ollama at {ollama.url} did not answer within 1s"
+    task_id = coordinator.route(TOKYO, "web_search")
+
+    row = tasks.wait_status(task_id, "done", "failed")
+    assert row["status"] == "done"
+    assert row["fallback"] is True
+    assert row["worker"] == "web-worker"
+    first = first_search_result(searxng, TOKYO)
+    assert row["result"].startswith(
+        f"Summary failed ({reason}); here are the search results instead.\n"
+        f"1. {first['title']} <{first['url']}>\n   {first['content']}\n2. ")
+
+
+@pytest.mark.parametrize("how", ["json_disabled", "error"])
+def test_search_failure_fails_the_task_with_the_reason(how, web_env, start_worker, coordinator,
+                                                      tasks, searxng, rds):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    if how == "json_disabled":
+        searxng.config(json_enabled=False)
+        expected = (f"SearXNG at {searxng.url} answered 403 to format=json: its JSON API is "
+                    "disabled; add json to search.formats in its settings.yml and restart it")
+    else:
+        searxng.config(fail="error")
+        expected = f"SearXNG at {searxng.url} answered HTTP 500"
+    task_id = coordinator.route(TOKYO, "web_search")
+
+    row = tasks.wait_status(task_id, "done", "failed")
+    assert row["status"] == "failed"
+    assert row["error"] == expected
+    assert row["result"] is None
+    assert rds.llen(f"processing:{web_env['WORKER_ID']}") == 0
+
+
+def test_db_write_failure_is_retried_and_shown_in_the_heartbeat(web_env, start_worker,
+                                                                coordinator, tasks, ollama,
+                                                                pg, rds):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    ollama.config(latency=2)
+    task_id = coordinator.route(TOKYO, "web_search")
+    tasks.wait_status(task_id, "running")
+    processing = f"processing:{web_env['WORKER_ID']}"
+    pg.psql("REVOKE UPDATE ON tasks FROM coordinator")
+    try:
+        seen = wait_until(
+            lambda: (w if (w := coordinator.worker(web_env["WORKER_ID"]))
+                     and w["db_write_failures"] > 0 else None),
+            20, "db_write_failures in GET /workers")
+        assert seen["last_error"] == (f"result write of task {task_id} failed: permission "
+                                      "denied for table tasks")
+        assert tasks.get(task_id)["status"] == "running"
+        assert rds.lrange(processing, 0, -1) == [task_id]
+    finally:
+        pg.psql("GRANT UPDATE ON tasks TO coordinator")
+    row = tasks.wait_status(task_id, "done", "failed")
+    assert (row["status"], row["fallback"]) == ("done", False)
+    assert (f"ERROR result write of task {task_id} failed: permission denied for table tasks "
+            f"(attempt 1); task stays in {processing}, retrying in 0.5s") in messages(worker)
+    wait_until(lambda: rds.llen(processing) == 0, 10, "the id to leave the processing list")
+
+
+# --- process life --------------------------------------------------------------------------
+
+def test_kill_9_mid_task_then_restart_finishes_it_once(web_env, start_worker, coordinator,
+                                                      tasks, ollama, rds):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    ollama.config(latency=30)
+    task_id = coordinator.route(TOKYO, "web_search")
+    tasks.wait_status(task_id, "running")
+    worker.signal(signal.SIGKILL)
+    worker.wait_exit()
+    processing = f"processing:{web_env['WORKER_ID']}"
+    assert rds.lrange(processing, 0, -1) == [task_id]
+
+    ollama.config(latency=0)
+    again = start_worker(web_env)
+    row = tasks.wait_status(task_id, "done", "failed")
+    assert row["status"] == "done"
+    assert row["attempts"] == 2
+    assert row["worker_id"] == web_env["WORKER_ID"]
+    assert row["fallback"] is False
+    assert row["result"].startswith("要約:")
+    assert f"INFO {processing} holds 1 task(s) from a previous run; finishing them first" \
+        in messages(again)
+    wait_until(lambda: rds.llen(processing) == 0, 10, "the id to leave the processing list")
+    # Exactly one result: nothing left that could write another.
+    assert tasks.get(task_id)["finished_at"] == row["finished_at"]
+
+
+def test_sigterm_finishes_the_current_task_then_exits_0(web_env, start_worker, coordinator,
+                                                       tasks, ollama):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    ollama.config(latency=2)
+    task_id = coordinator.route(TOKYO, "web_search")
+    tasks.wait_status(task_id, "running")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit(40) == 0
+    row = tasks.get(task_id)
+    assert (row["status"], row["fallback"]) == ("done", False)
+    assert "INFO SIGTERM: finishing the current task (at most 30s), then exiting" \
+        in messages(worker)
+
+
+def test_second_copy_of_a_worker_id_is_refused_naming_the_first(web_env, start_worker,
+                                                               coordinator):
+    first = start_worker(web_env)
+    first.wait_for(WAITING)
+    second = start_worker({**web_env, "WORKER_HOST": "worker-host-b"})
+    assert second.wait_exit() == 1
+    assert error_of(second) == (
+        f"Another worker_web with WORKER_ID={web_env['WORKER_ID']} is already running on "
+        f"host worker-host-a pid {first.pid}; stop it there first: two copies would race "
+        "for tasks:web")
+
+    first.signal(signal.SIGKILL)
+    first.wait_exit()
+    third = start_worker(web_env)
+    third.wait_for(WAITING, timeout=30)
+
+
+def test_lost_lock_connection_is_retaken_or_the_worker_exits(web_env, start_worker, pg,
+                                                            coordinator):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    lock_key = f"hashtext('worker:{web_env['WORKER_ID']}')::bigint & 4294967295"
+    terminate = ("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+                 f"AND objid::bigint = {lock_key}")
+    pg.psql(terminate)
+    worker.wait_for("WARNING Lost the lock connection to PostgreSQL")
+    wait_until(lambda: len([m for m in messages(worker) if m.startswith("INFO Lock worker:")])
+               == 2, 10, "the lock to be taken again")
+
+    # This time another process grabs the lock first: the worker must give way.
+    intruder = psycopg2.connect(pg.dsn, application_name=f"worker_web {web_env['WORKER_ID']} "
+                                                         "worker-host-z pid=4242")
+    intruder.autocommit = True
+    try:
+        pg.psql(terminate)
+        with intruder.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(hashtext('worker:' || %s))",
+                        (web_env["WORKER_ID"],))
+        assert worker.wait_exit() == 1
+    finally:
+        intruder.close()
+    assert (f"ERROR Another worker_web with WORKER_ID={web_env['WORKER_ID']} is already "
+            "running on host worker-host-z pid 4242; stop it there first: two copies would "
+            "race for tasks:web; exiting after the current task") in messages(worker)
+
+
+# --- start-up checks -----------------------------------------------------------------------
+
+def test_missing_variable_stops_it_at_once(web_env, start_worker):
+    env = dict(web_env)
+    del env["WORKER_ID"]
+    worker = start_worker(env)
+    assert worker.wait_exit() == 2
+    assert error_of(worker) == ("missing required environment variable: WORKER_ID "
+                                "(see docs/workers.md)")
+
+
+def _fails_at_start(start_worker, env, ok_before: list[str]) -> str:
+    worker = start_worker(env)
+    assert worker.wait_exit() == 1
+    lines = messages(worker)
+    for text in ok_before:
+        line_index(lines, text)
+    assert not any(line.startswith("INFO register") for line in lines)
+    return error_of(worker)
+
+
+def test_wrong_redis_password(web_env, start_worker, redis_server):
+    error = _fails_at_start(start_worker, {**web_env, "REDIS_PASSWORD": "not-the-password"}, [])
+    assert error == (f"Redis check FAILED at 127.0.0.1:{redis_server.port}: invalid "
+                     "username-password pair or user is disabled.; fix: check REDIS_PASSWORD "
+                     "(it must equal requirepass in redis.conf)")
+
+
+def test_redis_unreachable(web_env, start_worker):
+    port = free_port()
+    error = _fails_at_start(start_worker, {**web_env, "REDIS_PORT": str(port)}, [])
+    assert error.startswith(f"Redis check FAILED at 127.0.0.1:{port}: ")
+    assert error.endswith("; fix: check REDIS_HOST/REDIS_PORT, and in redis.conf on that host "
+                          "`bind` (must include its LAN address) and `protected-mode`, and "
+                          "the firewall")
+
+
+def test_postgres_login_rejected_names_the_pg_hba_line(web_env, start_worker, pg):
+    pg.write_hba(["host all postgres 127.0.0.1/32 scram-sha-256"])
+    pg.reload()
+    try:
+        error = _fails_at_start(start_worker, web_env, ["Redis OK"])
+    finally:
+        pg.write_hba(["host all all 127.0.0.1/32 scram-sha-256"])
+        pg.reload()
+    assert error.startswith("PostgreSQL check FAILED at ")
+    assert "password=***" in error and pg.password not in error
+    assert 'no pg_hba.conf entry for host "127.0.0.1", user "coordinator"' in error
+    assert error.endswith("; fix: add `host coordinator coordinator 127.0.0.1/32 "
+                          "scram-sha-256` to pg_hba.conf on the PostgreSQL server, then "
+                          "reload it")
+
+
+def test_postgres_wrong_password(web_env, start_worker, pg):
+    dsn = pg.dsn.replace(f"password={pg.password}", "password=wrong-password")
+    error = _fails_at_start(start_worker, {**web_env, "PG_DSN": dsn}, ["Redis OK"])
+    assert 'password authentication failed for user "coordinator"' in error
+    assert "wrong-password" not in error
+    assert error.endswith("; fix: the password in PG_DSN is wrong; use the role's password")
+
+
+def test_postgres_user_who_cannot_write_tasks(web_env, start_worker, pg):
+    pg.psql("REVOKE UPDATE ON tasks FROM coordinator")
+    try:
+        error = _fails_at_start(start_worker, web_env, ["Redis OK"])
+    finally:
+        pg.psql("GRANT UPDATE ON tasks TO coordinator")
+    assert error.endswith("cannot write the tasks table: permission denied for table tasks; "
+                          "fix: GRANT SELECT, UPDATE ON tasks TO coordinator")
+
+
+def test_searxng_json_disabled_at_start(web_env, start_worker, searxng):
+    searxng.config(json_enabled=False)
+    error = _fails_at_start(start_worker, web_env, ["Redis OK", "PostgreSQL OK"])
+    assert error == (f"SearXNG check FAILED: SearXNG at {searxng.url} answered 403 to "
+                     "format=json: its JSON API is disabled; add json to search.formats in "
+                     "its settings.yml and restart it")
+
+
+def test_ollama_model_missing(web_env, start_worker, ollama):
+    env = {**web_env, "OLLAMA_MODEL": "llama3.2:3b"}
+    error = _fails_at_start(start_worker, env, ["Redis OK", "PostgreSQL OK", "SearXNG OK"])
+    assert error == (f"Ollama check FAILED at {ollama.url}: model llama3.2:3b is not there "
+                     f"(it has: {MODEL}); fix: run `ollama pull llama3.2:3b` on worker-host-a")
+
+
+def test_coordinator_unreachable(web_env, start_worker):
+    url = f"http://127.0.0.1:{free_port()}"
+    error = _fails_at_start(start_worker, {**web_env, "COORDINATOR_URL": url},
+                            ["Redis OK", "PostgreSQL OK", "SearXNG OK", "Ollama OK"])
+    assert error.startswith(f"Coordinator check FAILED: not reachable at {url} (")
+    assert error.endswith("); fix: check COORDINATOR_URL and that the Coordinator runs")
