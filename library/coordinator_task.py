@@ -18,6 +18,7 @@ from ansible.module_utils.coordinator_probe import (
     TaskRow,
     build_conninfo,
     build_route_request,
+    check_timing,
     describe_http_error,
     describe_missing_table,
     describe_pg_connect_error,
@@ -420,7 +421,7 @@ class Probe:
             raise ProbeError(describe_unreachable(url, str(getattr(exc, "reason", exc)))) from exc
         return parse_route_answer(url, answer.read())
 
-    def read(self, task_id: str) -> TaskRow | None:
+    def read(self, task_id: str) -> TaskRow:
         try:
             values = self._execute(SELECT_TASK_SQL, (task_id,))
         except self.driver.error as exc:
@@ -429,7 +430,11 @@ class Probe:
                 f"{first_line(str(exc))}",
                 {"task_id": task_id},
             ) from exc
-        return row_from_tuple(values) if values is not None else None
+        # The Coordinator commits the row before it answers 201: absent means the probe reads
+        # another database, and waiting out the timeout would only hide that.
+        if values is None:
+            raise ProbeError(describe_row_not_found(task_id, self.target), {"task_id": task_id})
+        return row_from_tuple(values)
 
     def _execute(self, sql: str, args: tuple[str, ...] = ()) -> tuple[Any, ...] | None:
         with self.conn.cursor() as cur:
@@ -441,16 +446,12 @@ class Probe:
         params = self.module.params
         deadline = started + params["timeout"]
         row = self.read(task_id)
-        # The Coordinator commits the row before answering 201: absent now means another
-        # database, and waiting the whole timeout would only hide that.
-        if row is None:
-            raise ProbeError(describe_row_not_found(task_id, self.target), {"task_id": task_id})
         while not is_final(row):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProbeError(describe_timeout(row, params["timeout"]), result_fields(row))
             time.sleep(min(params["poll_interval"], remaining))
-            row = self.read(task_id) or row
+            row = self.read(task_id)
         return row
 
     def close(self) -> None:
@@ -481,8 +482,9 @@ def main() -> None:
     )
     if module.check_mode:
         module.exit_json(changed=False, msg="check mode: no task routed")
-    if module.params["timeout"] < 1 or module.params["poll_interval"] <= 0:
-        module.fail_json(msg="timeout must be at least 1 and poll_interval above 0; fix them")
+    bad_timing = check_timing(module.params["timeout"], module.params["poll_interval"])
+    if bad_timing:
+        module.fail_json(msg=bad_timing)
     driver = load_driver()
     if driver is None:
         module.fail_json(msg=NO_DRIVER_MESSAGE.format(python=sys.executable))

@@ -81,6 +81,18 @@ class ProbeError(Exception):
         self.fields = fields or {}
 
 
+# -- options --------------------------------------------------------------------------------
+
+
+def check_timing(timeout: int, poll_interval: float) -> str | None:
+    """The one-line complaint about unusable timing options, or ``None``."""
+    if timeout < 1:
+        return f"timeout={timeout} is too small: give the task at least 1 second (default 60)"
+    if poll_interval <= 0:
+        return f"poll_interval={poll_interval:g} must be above 0 seconds (default 1)"
+    return None
+
+
 # -- options → PostgreSQL connection ---------------------------------------------------------
 
 

@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 from coordinator_task_harness import (
     ProbeRun,
+    RunningCoordinator,
     SqlWorker,
     create_schema,
     finish_probe,
+    start_coordinator,
     start_probe,
 )
 
-from lab.throwaway import ThrowawayPostgres
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +44,17 @@ def sql_worker(tasks_db: ThrowawayPostgres) -> Iterator[SqlWorker]:
         yield worker
     finally:
         worker.close()
+
+
+@pytest.fixture(scope="session")
+def coordinator(
+    tasks_db: ThrowawayPostgres,
+    redis_server: ThrowawayRedis,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RunningCoordinator]:
+    """The real Coordinator (``python -m coordinator``), with a token, on a free port."""
+    running = start_coordinator(tasks_db, redis_server, tmp_path_factory.mktemp("coordinator"))
+    try:
+        yield running
+    finally:
+        running.stop()

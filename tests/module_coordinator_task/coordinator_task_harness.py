@@ -12,18 +12,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.error import URLError
+from urllib.request import urlopen
 
 import psycopg
 import pytest
 
 from coordinator.schema import ensure_schema
-from lab.throwaway import ThrowawayPostgres
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -181,3 +184,56 @@ class SqlWorker:
 def unique_prompt(label: str) -> str:
     """A prompt no other test routes, so the worker finds exactly this test's task."""
     return f"What is the weather in Tokyo today? ({label} {uuid.uuid4()})"
+
+
+@dataclass
+class RunningCoordinator:
+    url: str
+    token: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def start_coordinator(
+    pg: ThrowawayPostgres, redis: ThrowawayRedis, workdir: Path
+) -> RunningCoordinator:
+    """``python -m coordinator`` from files/, as its service runs it; ready once /health is 200."""
+    port = free_port()
+    token = secrets.token_urlsafe(24)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+    env.update({
+        "PG_DSN": pg.dsn,
+        "REDIS_HOST": "127.0.0.1",
+        "REDIS_PORT": str(redis.port),
+        "REDIS_PASSWORD": redis.password,
+        "COORDINATOR_PORT": str(port),
+        "COORDINATOR_TOKEN": token,
+    })
+    log = workdir / "coordinator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "coordinator"], cwd=REPO / "files", env=env,
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the Coordinator exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            with urlopen(url + "/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return RunningCoordinator(url, token, proc, log)
+        except (URLError, OSError):
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"the Coordinator did not answer /health within 60s:\n{log.read_text()}")

@@ -16,6 +16,7 @@ from module_utils.coordinator_probe import (
     TaskRow,
     build_conninfo,
     build_route_request,
+    check_timing,
     describe_http_error,
     describe_missing_table,
     describe_pg_connect_error,
@@ -426,3 +427,11 @@ def test_success_message():
 def test_probe_error_carries_fields():
     assert ProbeError("x", {"task_id": TID}).fields == {"task_id": TID}
     assert ProbeError("x").fields == {}
+
+
+def test_check_timing():
+    assert check_timing(60, 1.0) is None
+    assert check_timing(0, 1.0) == (
+        "timeout=0 is too small: give the task at least 1 second (default 60)"
+    )
+    assert check_timing(5, 0) == "poll_interval=0 must be above 0 seconds (default 1)"

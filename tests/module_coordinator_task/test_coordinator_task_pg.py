@@ -22,19 +22,6 @@ def coordinator_nowhere() -> str:
     return NOBODY.format(port=free_port())
 
 
-def test_check_mode_routes_nothing(tasks_db, run_probe, sql_worker):
-    before = sql_worker.count()
-    run = run_probe(
-        {"coordinator_url": coordinator_nowhere(), "prompt": "check", **pg_args(tasks_db)},
-        check=True,
-    )
-    assert run.rc == 0, run.stdout
-    assert run.result["changed"] is False
-    assert run.msg == "check mode: no task routed"
-    assert "task_id" not in run.result
-    assert sql_worker.count() == before
-
-
 def test_wrong_pg_password_fails_before_routing(tasks_db, run_probe, sql_worker):
     before = sql_worker.count()
     url = coordinator_nowhere()
