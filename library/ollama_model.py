@@ -116,13 +116,13 @@ name:
   returned: always
   type: str
   sample: hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M
-action:
+operation:
   description:
     - What the module did, or would do in check mode.
   returned: always
   type: str
-  choices: [pulled, deleted, none]
-  sample: pulled
+  choices: [pull, delete, none]
+  sample: pull
 model:
   description:
     - The model as Ollama lists it after the run (C(GET /api/tags)); V(null) when it is absent.
@@ -210,7 +210,7 @@ def canonical_name(name: str) -> str:
     if colon >= 0 and "/" not in text[colon:]:
         text, tag = text[:colon], text[colon + 1 :]
     parts = text.split("/")
-    if not text or not tag or len(parts) > 3 or not all(parts):
+    if not text or not tag or len(parts) > 3 or not all(parts) or len(name.split()) != 1:
         raise ValueError(
             f"invalid model name {name!r}: expected [host/][namespace/]model[:tag], "
             "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
@@ -235,10 +235,10 @@ def find_model(name: str, tags: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def decide(state: str, entry: dict[str, Any] | None) -> str:
-    """``pulled``, ``deleted`` or ``none``: the only change that brings the server to ``state``."""
+    """``pull``, ``delete`` or ``none``: the only operation that brings the server to ``state``."""
     if state == "present":
-        return "none" if entry else "pulled"
-    return "deleted" if entry else "none"
+        return "none" if entry else "pull"
+    return "delete" if entry else "none"
 
 
 def error_from_body(body: bytes | str, fallback: str) -> str:
@@ -432,22 +432,21 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         raise
     except OllamaError as exc:
         raise OllamaError(f"Ollama at {client.url} could not list its models: {exc}") from exc
-    action = decide(params["state"], entry)
+    operation = decide(params["state"], entry)
     result: dict[str, Any] = {
-        "changed": action != "none",
+        "changed": operation != "none",
         "name": name,
-        "action": action,
+        "operation": operation,
         "model": model_summary(entry),
     }
-    if action == "none":
+    if operation == "none":
         result["msg"] = f"{name} is already {params['state']}"
         return result
     if module.check_mode:
-        verb = "pull" if action == "pulled" else "delete"
-        result["msg"] = f"would {verb} {name} (check mode)"
+        result["msg"] = f"would {operation} {name} (check mode)"
         return result
     try:
-        if action == "pulled":
+        if operation == "pull":
             progress = client.pull(name, params["insecure"])
             result["pull"] = progress.as_result()
             result["msg"] = f"pulled {name} ({progress.total_bytes} bytes)"
@@ -458,8 +457,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     except OllamaUnreachable:
         raise
     except OllamaError as exc:
-        verb = "pull" if action == "pulled" else "delete"
-        raise OllamaError(f"Ollama could not {verb} {name}: {exc}") from exc
+        raise OllamaError(f"Ollama could not {operation} {name}: {exc}") from exc
     result["model"] = model_summary(find_model(name, client.tags()))
     return result
 

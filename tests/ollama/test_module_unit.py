@@ -32,7 +32,9 @@ def test_canonical_name(name, canonical):
     assert om.canonical_name(name) == canonical
 
 
-@pytest.mark.parametrize("name", ["", "llama3.2:", "a/b/c/d", "/llama", "ns//model", ":3b"])
+@pytest.mark.parametrize(
+    "name", ["", "llama3.2:", "a/b/c/d", "/llama", "ns//model", ":3b", "llama 3"]
+)
 def test_canonical_name_rejects_malformed(name):
     with pytest.raises(ValueError) as exc:
         om.canonical_name(name)
@@ -100,9 +102,9 @@ def test_find_model_uses_name_when_model_field_missing():
 @pytest.mark.parametrize(
     ("state", "present", "action"),
     [
-        ("present", False, "pulled"),
+        ("present", False, "pull"),
         ("present", True, "none"),
-        ("absent", True, "deleted"),
+        ("absent", True, "delete"),
         ("absent", False, "none"),
     ],
 )

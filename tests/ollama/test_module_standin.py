@@ -1,0 +1,170 @@
+"""ollama_model run for real by Ansible against the Ollama stand-in (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lab.standins.ollama import NO_MANIFEST, layers_for
+
+HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+
+
+def test_pull_missing_model_then_nothing_to_do(standin, run_module):
+    first = run_module({"name": "llama3.2:3b", "host": standin.url})
+    assert first["changed"] is True
+    assert first["operation"] == "pull"
+    expected_bytes = sum(size for _, size in layers_for("llama3.2:3b"))
+    assert first["pull"] == {
+        "status": "success",
+        "total_bytes": expected_bytes,
+        "completed_bytes": expected_bytes,
+        "layers": 3,
+    }
+    assert first["msg"] == f"pulled llama3.2:3b ({expected_bytes} bytes)"
+    assert first["model"]["name"] == "llama3.2:3b"
+    assert standin.tags() == sorted([HF, "llama3.2:3b"])
+
+    second = run_module({"name": "llama3.2:3b", "host": standin.url})
+    assert second["changed"] is False
+    assert second["operation"] == "none"
+    assert second["msg"] == "llama3.2:3b is already present"
+    assert "pull" not in second
+    assert standin.config()["requests"]["/api/pull"] == 1
+
+
+def test_implicit_latest_tag_matches(standin, run_module):
+    assert run_module({"name": "tinyllama", "host": standin.url})["changed"] is True
+    assert standin.tags() == sorted([HF, "tinyllama:latest"])
+    again = run_module({"name": "tinyllama:latest", "host": standin.url})
+    assert again["changed"] is False
+    assert again["model"]["name"] == "tinyllama:latest"
+
+
+def test_present_model_in_another_spelling_is_not_pulled(standin, run_module):
+    result = run_module({"name": HF.lower(), "host": standin.url})
+    assert result["changed"] is False
+    assert "/api/pull" not in standin.config()["requests"]
+
+
+def test_check_mode_reports_the_pull_without_pulling(standin, run_module):
+    before = standin.tags()
+    result = run_module({"name": "llama3.2:3b", "host": standin.url}, check=True)
+    assert result["changed"] is True
+    assert result["operation"] == "pull"
+    assert result["msg"] == "would pull llama3.2:3b (check mode)"
+    assert result["model"] is None
+    assert standin.tags() == before
+    assert "/api/pull" not in standin.config()["requests"]
+
+
+def test_pull_error_in_the_stream_fails_with_ollamas_message(standin, run_module):
+    message = "pull model manifest: 412: this model requires macOS"
+    standin.config(pull_errors={"mlx-only:1b": message})
+    result = run_module({"name": "mlx-only:1b", "host": standin.url})
+    assert result["failed"] is True
+    assert result["msg"] == f"Ollama could not pull mlx-only:1b: {message}"
+    assert standin.tags() == [HF]
+
+
+def test_unknown_model_fails_with_ollamas_message(standin, run_module):
+    standin.config(pullable=[HF])
+    result = run_module({"name": "no-such-model:7b", "host": standin.url})
+    assert result["failed"] is True
+    assert result["msg"] == f"Ollama could not pull no-such-model:7b: {NO_MANIFEST}"
+
+
+def test_http_error_listing_models_fails_with_ollamas_message(standin, run_module):
+    standin.config(fail="error", fail_message="something broke inside Ollama")
+    result = run_module({"name": "llama3.2:3b", "host": standin.url})
+    assert result["failed"] is True
+    assert result["msg"] == (
+        f"Ollama at {standin.url} could not list its models: something broke inside Ollama"
+    )
+
+
+class PullRefusingOllama(BaseHTTPRequestHandler):
+    """Lists no models and answers every pull with an HTTP error, body as Ollama words it."""
+
+    def do_GET(self) -> None:
+        self.reply(200, {"models": []})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.reply(500, {"error": "max retries exceeded: unexpected EOF"})
+
+    def reply(self, status: int, document: object) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test reads the module's result, not the server's log."""
+
+
+@pytest.fixture
+def refusing_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), PullRefusingOllama)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_error_on_pull_fails_with_ollamas_message(refusing_server, run_module):
+    result = run_module({"name": "llama3.2:3b", "host": refusing_server})
+    assert result["failed"] is True
+    assert (
+        result["msg"] == "Ollama could not pull llama3.2:3b: max retries exceeded: unexpected EOF"
+    )
+
+
+def test_unreachable_ollama_is_one_line(closed_url, run_module):
+    result = run_module({"name": "llama3.2:3b", "host": closed_url})
+    assert result["failed"] is True
+    assert result["msg"] == (
+        f"Ollama not reachable at {closed_url}: is the service running / is OLLAMA_HOST right? "
+        "(Connection refused)"
+    )
+
+
+def test_host_without_scheme_is_accepted(standin, run_module):
+    result = run_module({"name": HF, "host": standin.url.removeprefix("http://")})
+    assert result["changed"] is False
+
+
+def test_absent_deletes_then_nothing_to_do(standin, run_module):
+    checked = run_module({"name": HF, "state": "absent", "host": standin.url}, check=True)
+    assert checked["changed"] is True
+    assert checked["msg"] == f"would delete {HF} (check mode)"
+    assert standin.tags() == [HF]
+
+    deleted = run_module({"name": HF.lower(), "state": "absent", "host": standin.url})
+    assert deleted["changed"] is True
+    assert deleted["operation"] == "delete"
+    assert deleted["model"] is None
+    assert standin.tags() == []
+
+    again = run_module({"name": HF, "state": "absent", "host": standin.url})
+    assert again["changed"] is False
+    assert again["msg"] == f"{HF} is already absent"
+
+
+def test_invalid_name_fails_before_asking_ollama(standin, run_module):
+    result = run_module({"name": "bad name", "host": standin.url})
+    assert result["failed"] is True
+    assert result["msg"] == (
+        "invalid model name 'bad name': expected [host/][namespace/]model[:tag], "
+        "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+    )
+    assert standin.config()["requests"] == {}
