@@ -196,7 +196,9 @@ def masked_dsn(dsn: str) -> str:
         return "<unparsable PG_DSN>"
     if "password" in params:
         params["password"] = "***"
-    return " ".join(f"{key}={value}" for key, value in params.items())
+    first = [key for key in ("host", "hostaddr", "port", "dbname", "user") if key in params]
+    keys = first + [key for key in params if key not in first]
+    return " ".join(f"{key}={params[key]}" for key in keys)
 
 
 class _MaskSecrets(logging.Filter):
