@@ -31,6 +31,8 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 import redis
+import redis.backoff
+import redis.retry
 import requests
 
 # BLMOVE blocks at most this long so the loop notices SIGTERM promptly.
@@ -299,6 +301,9 @@ class Worker:
             host=cfg.redis_host, port=cfg.redis_port, password=cfg.redis_password,
             socket_connect_timeout=5, socket_timeout=TAKE_BLOCK_SECONDS + 10,
             decode_responses=True,
+            # One immediate reconnect (an idle connection the server closed); longer outages
+            # are the worker's own loop, which logs them once.
+            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
         )
         self.db: psycopg2.extensions.connection | None = None
         self.lock_db: psycopg2.extensions.connection | None = None

@@ -13,7 +13,7 @@ import worker_web
 
 from lab.throwaway import free_port
 
-from .conftest import FILES, MODEL, PYTHON, wait_until
+from .conftest import FILES, MODEL, PYTHON, Coordinator, wait_until
 
 START_LINES = ["Redis OK", "PostgreSQL OK", "SearXNG OK", "Ollama OK", "register",
                "Waiting on queues ['tasks:web']"]
@@ -164,6 +164,31 @@ def test_db_write_failure_is_retried_and_shown_in_the_heartbeat(web_env, start_w
     assert (f"ERROR result write of task {task_id} failed: permission denied for table tasks "
             f"(attempt 1); task stays in {processing}, retrying in 0.5s") in messages(worker)
     wait_until(lambda: rds.llen(processing) == 0, 10, "the id to leave the processing list")
+
+
+def test_coordinator_outage_is_logged_once_and_work_goes_on(web_env, start_worker, coordinator,
+                                                            tasks, pg, redis_server, tmp_path):
+    # The worker heartbeats to a second Coordinator (same database) that then goes away.
+    second = Coordinator(pg, redis_server, tmp_path)
+    try:
+        worker = start_worker({**web_env, "COORDINATOR_URL": second.url})
+        worker.wait_for(WAITING)
+        pg.psql(f"DELETE FROM workers WHERE worker_id = '{web_env['WORKER_ID']}'")
+        worker.wait_for(f"INFO Coordinator does not know {web_env['WORKER_ID']}; registering "
+                        "again")
+        wait_until(lambda: coordinator.worker(web_env["WORKER_ID"]), 10, "re-registration")
+    finally:
+        second.service.stop()
+    worker.wait_for(f"WARNING Heartbeat to {second.url} failed (")
+    task_id = coordinator.route(TOKYO, "web_search")
+    assert tasks.wait_status(task_id, "done", "failed")["status"] == "done"
+    second = Coordinator(pg, redis_server, tmp_path, port=second.port)
+    try:
+        worker.wait_for(f"INFO Heartbeat to {second.url} works again")
+    finally:
+        second.service.stop()
+    # Seconds of failed heartbeats (one every 2/3 s), one line.
+    assert len([m for m in messages(worker) if "Heartbeat to" in m and "failed" in m]) == 1
 
 
 # --- process life --------------------------------------------------------------------------
