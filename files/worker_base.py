@@ -507,7 +507,8 @@ class Worker:
                 if response.status_code != 200:
                     raise requests.RequestException(
                         f"HTTP {response.status_code} {error_text(response)}")
-                duplicate = bool(response.json().get("duplicate"))
+                answer = response.json()
+                duplicate = isinstance(answer, dict) and bool(answer.get("duplicate"))
             except (requests.RequestException, CheckFailed, ValueError) as error:
                 if outage is None:
                     outage = one_line(error)
@@ -568,12 +569,21 @@ class Worker:
             else:
                 task = self.with_db_retry("claim", task_id, lambda: self.claim(task_id))
                 if task is not None:
-                    outcome = self.execute(task)
+                    outcome = self.execute_guarded(task)
                     self.with_db_retry("result write", task_id,
                                        lambda: self.write_result(task, outcome))
             self.forget(task_id)
         finally:
             self.in_flight = 0
+
+    def execute_guarded(self, task: Task) -> Outcome:
+        """A bug in the work must fail the task, not crash-loop the worker on the same id."""
+        try:
+            return self.execute(task)
+        except Exception as error:
+            log.exception("Task %s: unexpected error", task.id)
+            return Outcome("failed", error=f"{self.program} internal error: "
+                                           f"{one_line(error)}; see the worker's log")
 
     def with_db_retry(self, what: str, task_id: str, action: Callable[[], T]) -> T:
         """Retry until PostgreSQL takes it, reconnecting; every failure is logged and counted
@@ -630,7 +640,8 @@ class Worker:
             })
             written = cur.rowcount == 1
         if written:
-            log.info("Task %s %s%s", task.id, outcome.status,
+            log.info("Task %s %s%s%s", task.id, outcome.status,
+                     " (fallback answer)" if outcome.fallback else "",
                      f": {outcome.error}" if outcome.error else "")
         else:
             log.warning("Task %s: result not written, the claim was lost (the Reaper or "

@@ -10,10 +10,11 @@ The worker role ships this one file as it is, so it imports nothing from the pro
 only third-party dependencies are redis, psycopg2 and requests (files/requirements-worker.txt).
 All configuration comes from the environment (docs/workers.md).
 
-Deliberate duplication: the advisory lock, registration and heartbeat, reliable take,
-guarded claim, result write with retry, processing-list recovery and SIGTERM handling mirror
-worker_base.py, which the other workers share. The SQL both run is kept identical by
-tests/workers/test_contract.py.
+Deliberate duplication, because this file must run alone: the configuration helpers, the
+Redis/PostgreSQL checks, the advisory lock, heartbeat, reliable take, guarded claim, result
+write with retry, processing-list recovery and SIGTERM handling are copies of worker_base.py,
+which the other workers share. tests/workers/test_contract.py fails if any copy (function,
+method or SQL) differs from its original; only the web-specific parts are this file's own.
 """
 
 from __future__ import annotations
@@ -155,10 +156,10 @@ class Config:
             redis_port=int(raw_port),
             redis_password=env.get("REDIS_PASSWORD") or None,
             pg_dsn=env["PG_DSN"],
-            searxng_url=_http_url(env["SEARXNG_URL"]),
-            ollama_host=_http_url(env["OLLAMA_HOST"]),
+            searxng_url=http_url(env["SEARXNG_URL"]),
+            ollama_host=http_url(env["OLLAMA_HOST"]),
             ollama_model=env["OLLAMA_MODEL"].strip(),
-            coordinator_url=_http_url(env["COORDINATOR_URL"]),
+            coordinator_url=http_url(env["COORDINATOR_URL"]),
             coordinator_token=env.get("COORDINATOR_TOKEN") or None,
             worker_id=env["WORKER_ID"].strip(),
             worker_host=env["WORKER_HOST"].strip(),
@@ -173,17 +174,17 @@ class Config:
 def env_secrets(env: Mapping[str, str]) -> list[str]:
     """Values never to be logged, read before the config is validated."""
     found = [env.get("REDIS_PASSWORD"), env.get("COORDINATOR_TOKEN"),
-             _dsn_password(env.get("PG_DSN", ""))]
+             dsn_password(env.get("PG_DSN", ""))]
     return [secret for secret in found if secret]
 
 
-def _http_url(raw: str) -> str:
+def http_url(raw: str) -> str:
     """Accept `host:port` as Ollama's own OLLAMA_HOST does; drop a trailing slash."""
     url = raw.strip().rstrip("/")
-    return url if "://" in url else f"http://{url}"
+    return url if "://" in url or not url else f"http://{url}"
 
 
-def _dsn_password(dsn: str) -> str | None:
+def dsn_password(dsn: str) -> str | None:
     try:
         return psycopg2.extensions.parse_dsn(dsn).get("password")
     except psycopg2.ProgrammingError:
@@ -229,7 +230,7 @@ def setup_logging(secrets: list[str]) -> None:
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
@@ -239,18 +240,19 @@ _HBA_RE = re.compile(r'no pg_hba\.conf entry for host "([^"]+)", user "([^"]+)",
                      r'database "([^"]+)"')
 
 
-def postgres_login_hint(error: str, cfg: Config) -> str:
+def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
     """The likely fix for a refused PostgreSQL login, in one line."""
     hba = _HBA_RE.search(error)
     if hba:
         client, user, database = hba.groups()
+    elif "no pg_hba.conf entry" in error:
+        params = psycopg2.extensions.parse_dsn(dsn)
+        client = worker_host
+        user = params.get("user", "coordinator")
+        database = params.get("dbname", user)
+    if "no pg_hba.conf entry" in error:
         prefix = "128" if ":" in client else "32"
         return (f"fix: add `host {database} {user} {client}/{prefix} scram-sha-256` to "
-                "pg_hba.conf on the PostgreSQL server, then reload it")
-    if "no pg_hba.conf entry" in error:
-        params = psycopg2.extensions.parse_dsn(cfg.pg_dsn)
-        return (f"fix: add `host {params.get('dbname', 'coordinator')} "
-                f"{params.get('user', 'coordinator')} {cfg.worker_host}/32 scram-sha-256` to "
                 "pg_hba.conf on the PostgreSQL server, then reload it")
     if "password authentication failed" in error:
         return "fix: the password in PG_DSN is wrong; use the role's password"
@@ -260,7 +262,7 @@ def postgres_login_hint(error: str, cfg: Config) -> str:
             "covers this network, and the firewall")
 
 
-def _is_loopback(host: str | None) -> bool:
+def is_loopback(host: str | None) -> bool:
     return host in (None, "localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
@@ -296,12 +298,16 @@ class Outcome:
 
 
 class WebWorker:
+    program = PROGRAM
+    kind = KIND
+    version = VERSION
+
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.queues = [QUEUE]
         self.processing = f"processing:{cfg.worker_id}"
         self.instance_id = str(uuid.uuid4())
-        self.app_name = f"{PROGRAM} {cfg.worker_id} {cfg.worker_host} pid={os.getpid()}"
+        self.app_name = f"{self.program} {cfg.worker_id} {cfg.worker_host} pid={os.getpid()}"
         self.redis = redis.Redis(
             host=cfg.redis_host, port=cfg.redis_port, password=cfg.redis_password,
             socket_connect_timeout=5, socket_timeout=TAKE_BLOCK_SECONDS + 10,
@@ -343,11 +349,11 @@ class WebWorker:
             self.redis.ping()
         except redis.AuthenticationError as error:
             raise CheckFailed(
-                f"Redis check FAILED at {address}: {_one_line(error)}; "
+                f"Redis check FAILED at {address}: {one_line(error)}; "
                 "fix: check REDIS_PASSWORD (it must equal requirepass in redis.conf)"
             ) from None
         except redis.RedisError as error:
-            text = _one_line(error)
+            text = one_line(error)
             if "AUTH" in text and "without any password configured" in text:
                 fix = "fix: this Redis has no password; unset REDIS_PASSWORD"
             else:
@@ -361,9 +367,10 @@ class WebWorker:
         try:
             conn = self.connect_db()
         except psycopg2.Error as error:
-            text = _one_line(error)
+            text = one_line(error)
+            hint = postgres_login_hint(text, self.cfg.pg_dsn, self.cfg.worker_host)
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: login refused: {text}; "
-                              f"{postgres_login_hint(text, self.cfg)}") from None
+                              f"{hint}") from None
         try:
             with conn.cursor() as cur:
                 cur.execute(WRITE_CHECK_SQL)
@@ -371,13 +378,12 @@ class WebWorker:
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: there is no tasks table; "
                               "fix: start the Coordinator once, it creates the schema") from None
         except psycopg2.errors.InsufficientPrivilege as error:
-            user = conn.info.user
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
-                              f"table: {_one_line(error)}; fix: GRANT SELECT, UPDATE ON tasks "
-                              f"TO {user}") from None
+                              f"table: {one_line(error)}; fix: GRANT SELECT, UPDATE ON tasks "
+                              f"TO {conn.info.user}") from None
         except psycopg2.Error as error:
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
-                              f"table: {_one_line(error)}") from None
+                              f"table: {one_line(error)}") from None
         finally:
             conn.rollback()
         self.db = conn
@@ -396,11 +402,11 @@ class WebWorker:
         try:
             names = ollama_model_names(url, min(self.cfg.ollama_timeout, 10))
         except (requests.RequestException, ValueError) as error:
-            raise CheckFailed(f"Ollama check FAILED at {url}: {_one_line(error)}; fix: check "
+            raise CheckFailed(f"Ollama check FAILED at {url}: {one_line(error)}; fix: check "
                               "OLLAMA_HOST and that `ollama serve` runs there") from None
         if not has_model(names, model):
             host = urlparse(url).hostname
-            where = self.cfg.worker_host if _is_loopback(host) else host
+            where = self.cfg.worker_host if is_loopback(host) else host
             raise CheckFailed(f"Ollama check FAILED at {url}: model {model} is not there "
                               f"(it has: {', '.join(names) or 'none'}); fix: run "
                               f"`ollama pull {model}` on {where}")
@@ -423,7 +429,7 @@ class WebWorker:
             cur.execute(LOCK_SQL, {"worker_id": self.cfg.worker_id})
             got = cur.fetchone()[0]
             holder = None if got else self.lock_holder(cur)
-        if not got:
+        if holder is not None:
             conn.close()
             raise CheckFailed(holder)
         self.lock_db = conn
@@ -440,8 +446,9 @@ class WebWorker:
             who = f"from {row[1]} ({row[0]!r})"
         else:
             who = "(it has just exited; start again)"
-        return (f"Another {PROGRAM} with WORKER_ID={self.cfg.worker_id} is already running "
-                f"{who}; stop it there first: two copies would race for {QUEUE}")
+        return (f"Another {self.program} with WORKER_ID={self.cfg.worker_id} is already "
+                f"running {who}; stop it there first: two copies would race for "
+                f"{', '.join(self.queues)}")
 
     def keep_lock(self) -> None:
         """Re-take the lock after its connection was lost (e.g. PostgreSQL restarted)."""
@@ -452,7 +459,7 @@ class WebWorker:
                 return
         except psycopg2.Error as error:
             log.warning("Lost the lock connection to PostgreSQL (%s); re-taking the lock",
-                        _one_line(error))
+                        one_line(error))
         if self.lock_db is not None:
             self.lock_db.close()
             self.lock_db = None
@@ -465,33 +472,33 @@ class WebWorker:
         except psycopg2.Error as error:
             if not self.lock_outage:
                 log.warning("Cannot re-take the lock yet (%s); retrying every %gs",
-                            _one_line(error), self.heartbeat_interval)
+                            one_line(error), self.heartbeat_interval)
             self.lock_outage = True
 
     # -- Coordinator ------------------------------------------------------------------------
     def register(self) -> None:
         url = f"{self.cfg.coordinator_url}/workers/register"
         body = {
-            "worker_id": self.cfg.worker_id, "host": self.cfg.worker_host, "kind": KIND,
-            "queues": self.queues, "version": VERSION, "pid": os.getpid(),
+            "worker_id": self.cfg.worker_id, "host": self.cfg.worker_host, "kind": self.kind,
+            "queues": self.queues, "version": self.version, "pid": os.getpid(),
             "instance_id": self.instance_id,
         }
         try:
             response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
         except requests.RequestException as error:
             raise CheckFailed(f"Coordinator check FAILED: not reachable at "
-                              f"{self.cfg.coordinator_url} ({_one_line(error)}); fix: check "
+                              f"{self.cfg.coordinator_url} ({one_line(error)}); fix: check "
                               "COORDINATOR_URL and that the Coordinator runs") from None
         if response.status_code == 401:
             raise CheckFailed(f"Coordinator check FAILED at {self.cfg.coordinator_url}: 401, "
                               "fix: set COORDINATOR_TOKEN to the Coordinator's token")
         if response.status_code != 200:
             raise CheckFailed(f"Coordinator check FAILED at {url}: HTTP {response.status_code} "
-                              f"{_error_text(response)}")
+                              f"{error_text(response)}")
         self.heartbeat_interval = float(response.json()["heartbeat_interval"])
         log.info("register: %s as %s worker on %s at %s (v%s, heartbeat every %gs)",
-                 self.cfg.worker_id, KIND, self.queues, self.cfg.coordinator_url, VERSION,
-                 self.heartbeat_interval)
+                 self.cfg.worker_id, self.kind, self.queues, self.cfg.coordinator_url,
+                 self.version, self.heartbeat_interval)
 
     def heartbeat_loop(self) -> None:
         url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/heartbeat"
@@ -515,11 +522,12 @@ class WebWorker:
                     continue
                 if response.status_code != 200:
                     raise requests.RequestException(
-                        f"HTTP {response.status_code} {_error_text(response)}")
-                duplicate = bool(response.json().get("duplicate"))
+                        f"HTTP {response.status_code} {error_text(response)}")
+                answer = response.json()
+                duplicate = isinstance(answer, dict) and bool(answer.get("duplicate"))
             except (requests.RequestException, CheckFailed, ValueError) as error:
                 if outage is None:
-                    outage = _one_line(error)
+                    outage = one_line(error)
                     log.warning("Heartbeat to %s failed (%s); still processing tasks, "
                                 "retrying every %gs", self.cfg.coordinator_url, outage,
                                 self.heartbeat_interval)
@@ -542,7 +550,7 @@ class WebWorker:
             except redis.RedisError as error:
                 if not redis_outage:
                     log.error("Redis at %s:%s failed (%s); retrying", self.cfg.redis_host,
-                              self.cfg.redis_port, _one_line(error))
+                              self.cfg.redis_port, one_line(error))
                     redis_outage = True
                 self.stopping.wait(2)
                 continue
@@ -577,12 +585,21 @@ class WebWorker:
             else:
                 task = self.with_db_retry("claim", task_id, lambda: self.claim(task_id))
                 if task is not None:
-                    outcome = self.execute(task)
+                    outcome = self.execute_guarded(task)
                     self.with_db_retry("result write", task_id,
                                        lambda: self.write_result(task, outcome))
             self.forget(task_id)
         finally:
             self.in_flight = 0
+
+    def execute_guarded(self, task: Task) -> Outcome:
+        """A bug in the work must fail the task, not crash-loop the worker on the same id."""
+        try:
+            return self.execute(task)
+        except Exception as error:
+            log.exception("Task %s: unexpected error", task.id)
+            return Outcome("failed", error=f"{self.program} internal error: "
+                                           f"{one_line(error)}; see the worker's log")
 
     def with_db_retry(self, what: str, task_id: str, action: Callable[[], T]) -> T:
         """Retry until PostgreSQL takes it, reconnecting; every failure is logged and counted
@@ -597,7 +614,7 @@ class WebWorker:
                     return action()
             except psycopg2.Error as error:
                 self.db_write_failures += 1
-                self.last_error = f"{what} of task {task_id} failed: {_one_line(error)}"
+                self.last_error = f"{what} of task {task_id} failed: {one_line(error)}"
                 log.error("%s (attempt %d); task stays in %s, retrying in %gs",
                           self.last_error, attempt, self.processing, delay)
                 if self.db is not None:
@@ -635,12 +652,13 @@ class WebWorker:
             cur.execute(RESULT_SQL, {
                 "id": task.id, "claim": task.claim, "status": outcome.status,
                 "result": outcome.result, "error": outcome.error,
-                "fallback": outcome.fallback, "worker": RESULT_WORKER,
+                "fallback": outcome.fallback, "worker": self.result_worker(),
             })
             written = cur.rowcount == 1
         if written:
-            log.info("Task %s %s%s", task.id, outcome.status,
-                     " (fallback: search results without summary)" if outcome.fallback else "")
+            log.info("Task %s %s%s%s", task.id, outcome.status,
+                     " (fallback answer)" if outcome.fallback else "",
+                     f": {outcome.error}" if outcome.error else "")
         else:
             log.warning("Task %s: result not written, the claim was lost (the Reaper or "
                         "another worker moved it on)", task.id)
@@ -651,12 +669,16 @@ class WebWorker:
         except redis.RedisError as error:
             # The id stays listed; the next loop finds it written and drops it.
             log.error("LREM of task %s from %s failed (%s)", task_id, self.processing,
-                      _one_line(error))
+                      one_line(error))
+
+    def result_worker(self) -> str:
+        """What the result write puts in tasks.worker."""
+        return RESULT_WORKER
 
     # -- the work itself --------------------------------------------------------------------
     def execute(self, task: Task) -> Outcome:
         if task.task_type != TASK_TYPE:
-            return Outcome("failed", error=f"{PROGRAM} answers {TASK_TYPE} tasks only, "
+            return Outcome("failed", error=f"{self.program} answers {TASK_TYPE} tasks only, "
                                            f"not {task.task_type}")
         try:
             results = self.search(task.prompt)
@@ -678,7 +700,7 @@ class WebWorker:
             raise SearchError(f"SearXNG at {url} did not answer within "
                               f"{self.cfg.searxng_timeout:g}s") from None
         except requests.RequestException as error:
-            raise SearchError(f"SearXNG at {url} is not reachable ({_one_line(error)}); "
+            raise SearchError(f"SearXNG at {url} is not reachable ({one_line(error)}); "
                               "check SEARXNG_URL") from None
         if response.status_code == 403:
             raise SearchError(f"SearXNG at {url} answered 403 to format=json: its JSON API is "
@@ -689,8 +711,10 @@ class WebWorker:
         try:
             results = response.json()["results"]
         except (ValueError, KeyError, TypeError):
-            raise SearchError(f"SearXNG at {url} did not answer JSON with results") from None
-        return results[:SEARCH_RESULTS_USED]
+            results = None
+        if not isinstance(results, list):
+            raise SearchError(f"SearXNG at {url} did not answer JSON with results")
+        return [item for item in results if isinstance(item, dict)][:SEARCH_RESULTS_USED]
 
     def summarise(self, question: str, results: list[dict[str, Any]]) -> str:
         url = self.cfg.ollama_host
@@ -703,10 +727,10 @@ class WebWorker:
             raise SummaryError(f"Ollama at {url} did not answer within "
                                f"{self.cfg.ollama_timeout:g}s") from None
         except requests.RequestException as error:
-            raise SummaryError(f"Ollama at {url} is not reachable: {_one_line(error)}") from None
+            raise SummaryError(f"Ollama at {url} is not reachable: {one_line(error)}") from None
         if response.status_code != 200:
             raise SummaryError(f"Ollama at {url} answered HTTP {response.status_code} "
-                               f"{_error_text(response)}".rstrip())
+                               f"{error_text(response)}".rstrip())
         try:
             summary = str(response.json()["response"]).strip()
         except (ValueError, KeyError, TypeError):
@@ -732,7 +756,8 @@ class WebWorker:
         os._exit(1)
 
 
-def _error_text(response: requests.Response) -> str:
+def error_text(response: requests.Response) -> str:
+    """The `error` of a JSON error body (Coordinator, Ollama), else the start of the body."""
     try:
         body = response.json()
     except ValueError:
