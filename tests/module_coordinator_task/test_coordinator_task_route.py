@@ -16,6 +16,7 @@ from coordinator_task_harness import (
     ProbeRun,
     RunningCoordinator,
     SqlWorker,
+    create_schema,
     finish_probe,
     pg_args,
     start_probe,
@@ -179,10 +180,8 @@ def test_still_running(coordinator, tasks_db, sql_worker, tmp_path):
 def test_row_in_another_database(coordinator, tasks_db, sql_worker, run_probe):
     # The Coordinator writes to database coordinator; the probe is pointed at a copy.
     tasks_db.psql("DROP DATABASE IF EXISTS probe_elsewhere", db="postgres")
-    tasks_db.psql("CREATE DATABASE probe_elsewhere TEMPLATE template0 OWNER coordinator",
-                  db="postgres")
-    tasks_db.psql("CREATE TABLE tasks (LIKE public.tasks)", db="probe_elsewhere")
-    tasks_db.psql("ALTER TABLE tasks OWNER TO coordinator", db="probe_elsewhere")
+    tasks_db.psql("CREATE DATABASE probe_elsewhere OWNER coordinator", db="postgres")
+    create_schema(tasks_db.dsn.replace("dbname=coordinator", "dbname=probe_elsewhere"))
     prompt = unique_prompt("elsewhere")
     run = run_probe(probe_args(coordinator, tasks_db, prompt, login_db="probe_elsewhere"))
     task_id = sql_worker.conn.execute(
