@@ -235,6 +235,21 @@ def test_sigterm_finishes_the_current_task_then_exits_0(web_env, start_worker, c
         in messages(worker)
 
 
+def test_sigterm_gives_up_after_the_shutdown_timeout(web_env, start_worker, coordinator, tasks,
+                                                     ollama, rds):
+    worker = start_worker({**web_env, "SHUTDOWN_TIMEOUT": "1"})
+    worker.wait_for(WAITING)
+    ollama.config(latency=30)
+    task_id = coordinator.route(TOKYO, "web_search")
+    tasks.wait_status(task_id, "running")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit() == 1
+    processing = f"processing:{web_env['WORKER_ID']}"
+    assert (f"ERROR The current task did not finish within 1s; exiting, it stays in "
+            f"{processing} and is finished at the next start") in messages(worker)
+    assert rds.lrange(processing, 0, -1) == [task_id]
+
+
 def test_second_copy_of_a_worker_id_is_refused_naming_the_first(web_env, start_worker,
                                                                coordinator):
     first = start_worker(web_env)
@@ -268,11 +283,16 @@ def test_lost_lock_connection_is_retaken_or_the_worker_exits(web_env, start_work
     intruder = psycopg2.connect(pg.dsn, application_name=f"worker_web {web_env['WORKER_ID']} "
                                                          "worker-host-z pid=4242")
     intruder.autocommit = True
-    try:
+
+    def grab() -> bool:
         pg.psql(terminate)
         with intruder.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(hashtext('worker:' || %s))",
+            cur.execute("SELECT pg_try_advisory_lock(hashtext('worker:' || %s))",
                         (web_env["WORKER_ID"],))
+            return cur.fetchone()[0]
+
+    try:
+        wait_until(grab, 10, "the intruder to get the lock")
         assert worker.wait_exit() == 1
     finally:
         intruder.close()
