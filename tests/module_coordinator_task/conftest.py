@@ -10,7 +10,7 @@ from coordinator_task_harness import (
     ProbeRun,
     RunningCoordinator,
     SqlWorker,
-    create_schema,
+    TasksDb,
     finish_probe,
     start_coordinator,
     start_probe,
@@ -20,9 +20,18 @@ from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
 
 @pytest.fixture(scope="session")
-def tasks_db(pg: ThrowawayPostgres) -> ThrowawayPostgres:
-    create_schema(pg.dsn)
-    return pg
+def tasks_db(pg: ThrowawayPostgres) -> TasksDb:
+    return TasksDb(pg, "coordinator_task_probe").create().with_schema()
+
+
+@pytest.fixture(scope="session")
+def probe_redis() -> Iterator[ThrowawayRedis]:
+    """A Redis of the probe tests' own: the ids they leave in tasks:web reach no real worker."""
+    server = ThrowawayRedis().start()
+    try:
+        yield server
+    finally:
+        server.destroy()
 
 
 @pytest.fixture
@@ -38,7 +47,7 @@ def run_probe(tmp_path: Path) -> Callable[..., ProbeRun]:
 
 
 @pytest.fixture
-def sql_worker(tasks_db: ThrowawayPostgres) -> Iterator[SqlWorker]:
+def sql_worker(tasks_db: TasksDb) -> Iterator[SqlWorker]:
     worker = SqlWorker(tasks_db.dsn)
     try:
         yield worker
@@ -48,12 +57,12 @@ def sql_worker(tasks_db: ThrowawayPostgres) -> Iterator[SqlWorker]:
 
 @pytest.fixture(scope="session")
 def coordinator(
-    tasks_db: ThrowawayPostgres,
-    redis_server: ThrowawayRedis,
+    tasks_db: TasksDb,
+    probe_redis: ThrowawayRedis,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RunningCoordinator]:
     """The real Coordinator (``python -m coordinator``), with a token, on a free port."""
-    running = start_coordinator(tasks_db, redis_server, tmp_path_factory.mktemp("coordinator"))
+    running = start_coordinator(tasks_db, probe_redis, tmp_path_factory.mktemp("coordinator"))
     try:
         yield running
     finally:

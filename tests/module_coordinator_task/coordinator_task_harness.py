@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from coordinator.schema import ensure_schema
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -65,14 +65,48 @@ def create_schema(dsn: str) -> None:
     asyncio.run(apply())
 
 
-def pg_args(pg: ThrowawayPostgres, **changes: object) -> dict[str, object]:
-    """The module's PostgreSQL options for the throwaway server."""
+@dataclass(frozen=True)
+class TasksDb:
+    """A database of the probe tests' own on the shared throwaway server.
+
+    Their Coordinator, Redis and tasks (some left ``queued`` on purpose) never meet other
+    tests' Coordinators and workers, which share the ``coordinator`` database.
+    """
+
+    server: ThrowawayPostgres
+    name: str
+
+    @property
+    def dsn(self) -> str:
+        return self.server.dsn.replace(f"dbname={DB_NAME}", f"dbname={self.name}")
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def password(self) -> str:
+        return self.server.password
+
+    def create(self) -> TasksDb:
+        """(Re)create the database, empty; ``with_schema`` adds the Coordinator's tables."""
+        self.server.psql(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)", db="postgres")
+        self.server.psql(f"CREATE DATABASE {self.name} OWNER {DB_USER}", db="postgres")
+        return self
+
+    def with_schema(self) -> TasksDb:
+        create_schema(self.dsn)
+        return self
+
+
+def pg_args(db: TasksDb, **changes: object) -> dict[str, object]:
+    """The module's PostgreSQL options for a database on the throwaway server."""
     args: dict[str, object] = {
         "login_host": "127.0.0.1",
-        "login_port": pg.port,
-        "login_user": "coordinator",
-        "login_password": pg.password,
-        "login_db": "coordinator",
+        "login_port": db.port,
+        "login_user": DB_USER,
+        "login_password": db.password,
+        "login_db": db.name,
     }
     args.update(changes)
     return args
@@ -202,15 +236,13 @@ class RunningCoordinator:
             self.proc.wait(5)
 
 
-def start_coordinator(
-    pg: ThrowawayPostgres, redis: ThrowawayRedis, workdir: Path
-) -> RunningCoordinator:
+def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path) -> RunningCoordinator:
     """``python -m coordinator`` from files/, as its service runs it; ready once /health is 200."""
     port = free_port()
     token = secrets.token_urlsafe(24)
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
     env.update({
-        "PG_DSN": pg.dsn,
+        "PG_DSN": db.dsn,
         "REDIS_HOST": "127.0.0.1",
         "REDIS_PORT": str(redis.port),
         "REDIS_PASSWORD": redis.password,

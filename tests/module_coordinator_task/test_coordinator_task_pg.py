@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from coordinator_task_harness import PYTHON, pg_args
+from coordinator_task_harness import PYTHON, TasksDb, pg_args
 
 from lab.throwaway import ThrowawayPostgres, free_port
 from module_utils.coordinator_pg import NO_DRIVER_MESSAGE
@@ -31,7 +31,7 @@ def test_wrong_pg_password_fails_before_routing(tasks_db, run_probe, sql_worker)
     assert run.result["changed"] is False
     assert run.msg == (
         f"PostgreSQL refused login for user coordinator at 127.0.0.1:{tasks_db.port}, database "
-        f'coordinator: connection to server at "127.0.0.1", port {tasks_db.port} failed: '
+        f'{tasks_db.name}: connection to server at "127.0.0.1", port {tasks_db.port} failed: '
         'FATAL:  password authentication failed for user "coordinator"; check '
         "login_user/login_password (or pg_dsn), and that a pg_hba.conf line allows this host"
     )
@@ -53,14 +53,12 @@ def test_pg_unreachable(run_probe):
 
 
 def test_database_without_tasks_table(tasks_db, run_probe):
-    tasks_db.psql("DROP DATABASE IF EXISTS probe_empty", db="postgres")
-    tasks_db.psql("CREATE DATABASE probe_empty OWNER coordinator", db="postgres")
-    run = run_probe({"coordinator_url": coordinator_nowhere(), "prompt": "x",
-                     **pg_args(tasks_db, login_db="probe_empty")})
+    empty = TasksDb(tasks_db.server, "coordinator_task_empty").create()
+    run = run_probe({"coordinator_url": coordinator_nowhere(), "prompt": "x", **pg_args(empty)})
     assert run.failed
     assert run.msg == (
         f"no tasks table for user coordinator at 127.0.0.1:{tasks_db.port}, database "
-        'probe_empty (relation "tasks" does not exist): the Coordinator writes to another '
+        f'{empty.name} (relation "tasks" does not exist): the Coordinator writes to another '
         "database; point login_host/login_db (or pg_dsn) at the Coordinator's PG_DSN"
     )
 
@@ -133,7 +131,7 @@ def pg_without_hba_line() -> Iterator[ThrowawayPostgres]:
 def test_missing_pg_hba_line(pg_without_hba_line, run_probe):
     server = pg_without_hba_line
     run = run_probe({"coordinator_url": coordinator_nowhere(), "prompt": "x",
-                     **pg_args(server)})
+                     **pg_args(TasksDb(server, "coordinator"))})
     assert run.failed
     assert run.msg == (
         f"PostgreSQL refused login for user coordinator at 127.0.0.1:{server.port}, database "

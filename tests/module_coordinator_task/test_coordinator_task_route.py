@@ -16,7 +16,7 @@ from coordinator_task_harness import (
     ProbeRun,
     RunningCoordinator,
     SqlWorker,
-    create_schema,
+    TasksDb,
     finish_probe,
     pg_args,
     start_probe,
@@ -24,19 +24,18 @@ from coordinator_task_harness import (
 )
 
 from coordinator.routing import RequestError, parse_route_request
-from lab.throwaway import ThrowawayPostgres
 
 FAST = {"poll_interval": 0.2}
 
 
 def probe_args(
-    coordinator: RunningCoordinator, pg: ThrowawayPostgres, prompt: str, **changes: object
+    coordinator: RunningCoordinator, db: TasksDb, prompt: str, **changes: object
 ) -> dict[str, object]:
     args: dict[str, object] = {
         "coordinator_url": coordinator.url,
         "coordinator_token": coordinator.token,
         "prompt": prompt,
-        **pg_args(pg),
+        **pg_args(db),
         **FAST,
     }
     args.update(changes)
@@ -178,12 +177,10 @@ def test_still_running(coordinator, tasks_db, sql_worker, tmp_path):
 
 
 def test_row_in_another_database(coordinator, tasks_db, sql_worker, run_probe):
-    # The Coordinator writes to database coordinator; the probe is pointed at a copy.
-    tasks_db.psql("DROP DATABASE IF EXISTS probe_elsewhere", db="postgres")
-    tasks_db.psql("CREATE DATABASE probe_elsewhere OWNER coordinator", db="postgres")
-    create_schema(tasks_db.dsn.replace("dbname=coordinator", "dbname=probe_elsewhere"))
+    # The Coordinator writes to tasks_db; the probe reads a database with the same schema.
+    elsewhere = TasksDb(tasks_db.server, "coordinator_task_elsewhere").create().with_schema()
     prompt = unique_prompt("elsewhere")
-    run = run_probe(probe_args(coordinator, tasks_db, prompt, login_db="probe_elsewhere"))
+    run = run_probe(probe_args(coordinator, elsewhere, prompt))
     task_id = sql_worker.conn.execute(
         "SELECT id::text FROM tasks WHERE prompt = %s", (prompt,)
     ).fetchone()[0]
@@ -191,7 +188,7 @@ def test_row_in_another_database(coordinator, tasks_db, sql_worker, run_probe):
     assert run.result["task_id"] == task_id
     assert run.msg == (
         f"task {task_id} not found in PostgreSQL (user coordinator at 127.0.0.1:{tasks_db.port}"
-        ", database probe_elsewhere): the Coordinator writes to another database than the one "
+        f", database {elsewhere.name}): the Coordinator writes to another database than the one "
         "checked; point login_host/login_db (or pg_dsn) at the Coordinator's PG_DSN"
     )
 
