@@ -9,7 +9,7 @@ import uuid
 
 import worker_infer
 
-from .conftest import FILES, PYTHON, wait_until
+from .conftest import FILES, MODEL, PYTHON, wait_until
 from .test_web import error_of, messages
 
 
@@ -62,3 +62,26 @@ def test_inference_model_missing(web_env, start_worker, ollama):
         f"Ollama check FAILED at {ollama.url}: model qwen3:8b is not there (it has: "
         "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M); fix: run `ollama pull qwen3:8b` on "
         "host-infer-c")
+
+
+def test_chat_and_summarize_with_the_tasks_model_or_the_default(web_env, start_worker,
+                                                                coordinator, tasks, ollama):
+    other = "qwen3:0.6b"
+    ollama.config(models=[MODEL, other])
+    env = infer_env(web_env, "infer-d")
+    worker = start_worker(env, "worker_infer.py")
+    worker.wait_for("Waiting on queues")
+    registered = wait_until(lambda: coordinator.worker(env["WORKER_ID"]), 10, "registration")
+    assert sorted(registered["models"]) == sorted([MODEL, other])
+
+    chat = coordinator.route("こんにちは", "chat", model=other, worker=env["WORKER_ID"])
+    summary = coordinator.route("A long text about Tokyo weather.", "summarize",
+                                worker=env["WORKER_ID"])
+    chat_row = tasks.wait_status(chat, "done", "failed")
+    summary_row = tasks.wait_status(summary, "done", "failed")
+    # The stand-in names the model it answered with and quotes the prompt it got.
+    assert chat_row["result"].startswith("要約: 「こんにちは」")
+    assert f"が {other} の代わりに生成" in chat_row["result"]
+    assert summary_row["result"].startswith(f"要約: 「{worker_infer.SUMMARIZE_PROMPT.split()[0]}")
+    assert f"が {MODEL} の代わりに生成" in summary_row["result"]
+    assert (chat_row["worker"], summary_row["worker"]) == (env["WORKER_ID"], env["WORKER_ID"])
