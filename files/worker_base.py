@@ -241,15 +241,14 @@ _HBA_RE = re.compile(r'no pg_hba\.conf entry for host "([^"]+)", user "([^"]+)",
 
 def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
     """The likely fix for a refused PostgreSQL login, in one line."""
-    hba = _HBA_RE.search(error)
-    if hba:
-        client, user, database = hba.groups()
-    elif "no pg_hba.conf entry" in error:
-        params = psycopg2.extensions.parse_dsn(dsn)
-        client = worker_host
-        user = params.get("user", "coordinator")
-        database = params.get("dbname", user)
     if "no pg_hba.conf entry" in error:
+        hba = _HBA_RE.search(error)
+        if hba:
+            client, user, database = hba.groups()
+        else:
+            params = psycopg2.extensions.parse_dsn(dsn)
+            client, user = worker_host, params.get("user", "coordinator")
+            database = params.get("dbname", user)
         prefix = "128" if ":" in client else "32"
         return (f"fix: add `host {database} {user} {client}/{prefix} scram-sha-256` to "
                 "pg_hba.conf on the PostgreSQL server, then reload it")
@@ -263,6 +262,13 @@ def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
 
 def is_loopback(host: str | None) -> bool:
     return host in (None, "localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def has_model(names: list[str], model: str) -> bool:
+    """Ollama matches names case-insensitively, and a name without a tag means `:latest`."""
+    wanted = model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"
+    present = {name.lower() for name in names}
+    return model.lower() in present or wanted.lower() in present
 
 
 # --- the worker ---------------------------------------------------------------------------

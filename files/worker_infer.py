@@ -26,6 +26,7 @@ from worker_base import (
     Task,
     Worker,
     error_text,
+    has_model,
     http_url,
     is_loopback,
     log,
@@ -153,12 +154,6 @@ class InferenceWorker(Worker):
             return response.json()
         except ValueError:
             raise OllamaError(f"Ollama at {url} did not answer JSON") from None
-
-
-def has_model(names: list[str], model: str) -> bool:
-    """Ollama names carry a tag; a name without one means `:latest`."""
-    wanted = model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"
-    return model in names or wanted in names
 
 
 if __name__ == "__main__":

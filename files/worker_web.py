@@ -170,7 +170,6 @@ class Config:
         )
 
 
-
 def env_secrets(env: Mapping[str, str]) -> list[str]:
     """Values never to be logged, read before the config is validated."""
     found = [env.get("REDIS_PASSWORD"), env.get("COORDINATOR_TOKEN"),
@@ -242,15 +241,14 @@ _HBA_RE = re.compile(r'no pg_hba\.conf entry for host "([^"]+)", user "([^"]+)",
 
 def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
     """The likely fix for a refused PostgreSQL login, in one line."""
-    hba = _HBA_RE.search(error)
-    if hba:
-        client, user, database = hba.groups()
-    elif "no pg_hba.conf entry" in error:
-        params = psycopg2.extensions.parse_dsn(dsn)
-        client = worker_host
-        user = params.get("user", "coordinator")
-        database = params.get("dbname", user)
     if "no pg_hba.conf entry" in error:
+        hba = _HBA_RE.search(error)
+        if hba:
+            client, user, database = hba.groups()
+        else:
+            params = psycopg2.extensions.parse_dsn(dsn)
+            client, user = worker_host, params.get("user", "coordinator")
+            database = params.get("dbname", user)
         prefix = "128" if ":" in client else "32"
         return (f"fix: add `host {database} {user} {client}/{prefix} scram-sha-256` to "
                 "pg_hba.conf on the PostgreSQL server, then reload it")
@@ -273,9 +271,10 @@ def ollama_model_names(base_url: str, timeout: float) -> list[str]:
 
 
 def has_model(names: list[str], model: str) -> bool:
-    """Ollama names carry a tag; a name without one means `:latest`."""
+    """Ollama matches names case-insensitively, and a name without a tag means `:latest`."""
     wanted = model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"
-    return model in names or wanted in names
+    present = {name.lower() for name in names}
+    return model.lower() in present or wanted.lower() in present
 
 
 # --- the worker ---------------------------------------------------------------------------

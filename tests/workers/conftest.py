@@ -124,12 +124,14 @@ def ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
 
 class Coordinator:
     def __init__(self, pg: ThrowawayPostgres, rds: ThrowawayRedis, tmp: Path,
-                 port: int | None = None) -> None:
+                 port: int | None = None, token: str | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, PG_DSN=pg.dsn, REDIS_HOST="127.0.0.1", REDIS_PORT=str(rds.port),
                    REDIS_PASSWORD=rds.password, COORDINATOR_PORT=str(self.port),
                    COORDINATOR_HEARTBEAT_TTL=str(HEARTBEAT_TTL))
+        if token:
+            env["COORDINATOR_TOKEN"] = token
         self.service = Service([PYTHON, "-m", "coordinator"], env,
                                tmp / f"coordinator-{self.port}.log", FILES)
         wait_until(self._healthy, 30, f"the Coordinator on port {self.port}")

@@ -393,3 +393,27 @@ def test_coordinator_unreachable(web_env, start_worker):
                             ["Redis OK", "PostgreSQL OK", "SearXNG OK", "Ollama OK"])
     assert error.startswith(f"Coordinator check FAILED: not reachable at {url} (")
     assert error.endswith("); fix: check COORDINATOR_URL and that the Coordinator runs")
+
+
+def test_coordinator_token(web_env, start_worker, pg, redis_server, tmp_path):
+    token = "coordinator-test-token-4711"
+    guarded = Coordinator(pg, redis_server, tmp_path, token=token)
+    try:
+        env = {**web_env, "COORDINATOR_URL": guarded.url}
+        error = _fails_at_start(start_worker, env, ["Ollama OK"])
+        assert error == (f"Coordinator check FAILED at {guarded.url}: 401, fix: set "
+                         "COORDINATOR_TOKEN to the Coordinator's token")
+        worker = start_worker({**env, "COORDINATOR_TOKEN": token})
+        worker.wait_for(WAITING)
+
+        def last_heartbeat() -> str:
+            listing = requests.get(f"{guarded.url}/workers", timeout=5,
+                                   headers={"Authorization": f"Bearer {token}"}).json()
+            me = next(w for w in listing["workers"] if w["worker_id"] == env["WORKER_ID"])
+            return me["last_heartbeat"]
+
+        registered = last_heartbeat()
+        wait_until(lambda: last_heartbeat() != registered, 10, "a heartbeat with the token")
+    finally:
+        guarded.service.stop()
+    assert token not in worker.output()
