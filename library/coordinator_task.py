@@ -18,7 +18,7 @@ from ansible.module_utils.coordinator_probe import (
     TaskRow,
     build_conninfo,
     build_route_request,
-    check_timing,
+    check_options,
     describe_http_error,
     describe_missing_table,
     describe_pg_connect_error,
@@ -176,7 +176,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode nothing is routed and nothing is connected to.
+    details: In check mode the options are checked, but nothing is routed and nothing is
+      connected to.
   diff_mode:
     support: none
 notes:
@@ -480,11 +481,14 @@ def main() -> None:
         mutually_exclusive=[("pg_dsn", option) for option in LOGIN_OPTIONS],
         supports_check_mode=True,
     )
+    params = module.params
+    bad_option = check_options(
+        params["coordinator_url"], params["timeout"], params["poll_interval"]
+    )
+    if bad_option:
+        module.fail_json(msg=bad_option)
     if module.check_mode:
         module.exit_json(changed=False, msg="check mode: no task routed")
-    bad_timing = check_timing(module.params["timeout"], module.params["poll_interval"])
-    if bad_timing:
-        module.fail_json(msg=bad_timing)
     driver = load_driver()
     if driver is None:
         module.fail_json(msg=NO_DRIVER_MESSAGE.format(python=sys.executable))

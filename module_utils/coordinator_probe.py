@@ -84,8 +84,13 @@ class ProbeError(Exception):
 # -- options --------------------------------------------------------------------------------
 
 
-def check_timing(timeout: int, poll_interval: float) -> str | None:
-    """The one-line complaint about unusable timing options, or ``None``."""
+def check_options(coordinator_url: str, timeout: int, poll_interval: float) -> str | None:
+    """The one-line complaint about an unusable option, or ``None``."""
+    if not coordinator_url.startswith(("http://", "https://")):
+        return (
+            f"coordinator_url={coordinator_url!r} is not an http(s) URL: use e.g. "
+            "http://ai-core:8000"
+        )
     if timeout < 1:
         return f"timeout={timeout} is too small: give the task at least 1 second (default 60)"
     if poll_interval <= 0:

@@ -16,7 +16,7 @@ from module_utils.coordinator_probe import (
     TaskRow,
     build_conninfo,
     build_route_request,
-    check_timing,
+    check_options,
     describe_http_error,
     describe_missing_table,
     describe_pg_connect_error,
@@ -429,9 +429,14 @@ def test_probe_error_carries_fields():
     assert ProbeError("x").fields == {}
 
 
-def test_check_timing():
-    assert check_timing(60, 1.0) is None
-    assert check_timing(0, 1.0) == (
+def test_check_options():
+    url = "http://127.0.0.1:8000"
+    assert check_options(url, 60, 1.0) is None
+    assert check_options("https://127.0.0.1", 60, 1.0) is None
+    assert check_options("127.0.0.1:8000", 60, 1.0) == (
+        "coordinator_url='127.0.0.1:8000' is not an http(s) URL: use e.g. http://ai-core:8000"
+    )
+    assert check_options(url, 0, 1.0) == (
         "timeout=0 is too small: give the task at least 1 second (default 60)"
     )
-    assert check_timing(5, 0) == "poll_interval=0 must be above 0 seconds (default 1)"
+    assert check_options(url, 5, 0) == "poll_interval=0 must be above 0 seconds (default 1)"

@@ -140,3 +140,12 @@ def test_missing_pg_hba_line(pg_without_hba_line, run_probe):
         '"coordinator", no encryption; a pg_hba.conf line allowing this host is missing on '
         "the database server"
     )
+
+
+def test_bad_url_fails_even_in_check_mode(tasks_db, run_probe):
+    run = run_probe({"coordinator_url": "127.0.0.1:8000", "prompt": "x", **pg_args(tasks_db)},
+                    check=True)
+    assert run.failed
+    assert run.msg == (
+        "coordinator_url='127.0.0.1:8000' is not an http(s) URL: use e.g. http://ai-core:8000"
+    )
