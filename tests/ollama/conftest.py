@@ -170,16 +170,20 @@ def run_playbook(tmp_path: Path):
     """Write and run a playbook on localhost; returns (exit status, task results, output)."""
 
     def run(
-        playbook: list[dict[str, Any]], extra_vars: dict[str, Any] | None = None
+        playbook: list[dict[str, Any]],
+        extra_vars: dict[str, Any] | None = None,
+        path_prefix: Path | None = None,
     ) -> tuple[int, list[dict[str, Any]], str]:
         path = tmp_path / "playbook.yml"
         path.write_text(json.dumps(playbook))
         command = [str(VENV_BIN / "ansible-playbook"), str(path)]
         if extra_vars is not None:
             command += ["--extra-vars", json.dumps(extra_vars)]
-        completed = subprocess.run(
-            command, cwd=tmp_path, env=ansible_env(tmp_path), capture_output=True, text=True
-        )
+        env = ansible_env(tmp_path)
+        if path_prefix is not None:
+            # Test doubles of host commands (e.g. launchctl) found first on PATH.
+            env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
+        completed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
         return (
             completed.returncode,
             host_results(completed.stdout),

@@ -1,0 +1,115 @@
+"""The whole role on a pretend Mac: localhost with Darwin facts, a launchctl test double on
+PATH (tests/ollama/doubles/launchctl.py) and the Ollama stand-in as the running server.
+
+What it shows: the plist lands in ~/Library/LaunchAgents, the agent is loaded with
+`bootstrap gui/<uid>` only when needed, a changed plist gives `bootout` then `bootstrap`,
+`stopped`/not enabled give `bootout` and `disable`, and the legacy load/unload/setenv are
+never used. What launchd itself does with the plist is only seen on a real Mac.
+"""
+
+from __future__ import annotations
+
+import json
+import plistlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DOUBLES = Path(__file__).resolve().parent / "doubles"
+HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+UID = 501
+
+
+@pytest.fixture
+def mac(tmp_path: Path, standin, run_playbook):
+    home = tmp_path / "Users" / "alice"
+    home.mkdir(parents=True)
+    state = tmp_path / "launchd"
+    state.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    launchctl = bin_dir / "launchctl"
+    launchctl.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" "{DOUBLES / "launchctl.py"}" "{state}" "$@"\n'
+    )
+    launchctl.chmod(0o755)
+    # The installed binary preflight looks for (ollama_install: false); never run here.
+    ollama = bin_dir / "ollama"
+    ollama.write_text("#!/bin/sh\nexit 0\n")
+    ollama.chmod(0o755)
+    facts = {
+        "os_family": "Darwin",
+        "user_dir": str(home),
+        "user_uid": UID,
+        "user_id": "alice",
+        "architecture": "arm64",
+    }
+    settings = {
+        "ollama_install": False,
+        "ollama_binary": str(ollama),
+        "ollama_host": standin.url.removeprefix("http://"),
+        "ollama_models": [HF, "llama3.2:3b"],
+    }
+
+    def converge(**overrides: Any) -> dict[str, Any]:
+        """Run the role: launchctl calls (all, and those changing something) and changed tasks."""
+        calls_file = state / "calls"
+        calls_file.write_text("")
+        playbook = [
+            {
+                "hosts": "localhost",
+                "gather_facts": False,
+                "vars": {"ansible_facts": facts},
+                "roles": [{"role": "ollama"}],
+            }
+        ]
+        rc, results, output = run_playbook(playbook, {**settings, **overrides}, path_prefix=bin_dir)
+        assert rc == 0, output
+        calls = calls_file.read_text().splitlines()
+        changing = [c for c in calls if not c.startswith(("print ", "print-disabled "))]
+        changed = [r for r in results if r.get("changed")]
+        return {"calls": changing, "changed": changed, "all_calls": calls}
+
+    plist = home / "Library" / "LaunchAgents" / "com.ollama.serve.plist"
+    return converge, plist, state, standin
+
+
+def test_launchd_agent_lifecycle(mac):
+    # One test, one sequence of runs: each run of the whole role takes a while.
+    converge, plist, state, standin = mac
+    label = f"gui/{UID}/com.ollama.serve"
+
+    first = converge()
+    assert first["calls"] == [f"bootstrap gui/{UID} {plist}"]
+    assert json.loads((state / "launchd.json").read_text())["loaded"] == {
+        "com.ollama.serve": str(plist)
+    }
+    agent = plistlib.loads(plist.read_bytes())
+    assert agent["EnvironmentVariables"]["OLLAMA_HOST"] == standin.url.removeprefix("http://")
+    assert standin.tags() == sorted([HF, "llama3.2:3b"])
+
+    second = converge()
+    assert second["calls"] == []
+    assert second["changed"] == []
+
+    # A changed plist is only read at bootstrap: bootout first.
+    changed = converge(ollama_environment={"OLLAMA_KEEP_ALIVE": "30m"})
+    assert changed["calls"] == [f"bootout {label}", f"bootstrap gui/{UID} {plist}"]
+    assert plistlib.loads(plist.read_bytes())["EnvironmentVariables"]["OLLAMA_KEEP_ALIVE"] == "30m"
+
+    stopped = converge(
+        ollama_service_state="stopped", ollama_service_enabled=False, ollama_models=[]
+    )
+    assert stopped["calls"] == [f"bootout {label}", f"disable {label}"]
+    assert json.loads((state / "launchd.json").read_text()) == {
+        "loaded": {},
+        "disabled": ["com.ollama.serve"],
+    }
+
+    started = converge()
+    assert started["calls"] == [f"enable {label}", f"bootstrap gui/{UID} {plist}"]
+
+    every_call = first["all_calls"] + changed["all_calls"] + stopped["all_calls"]
+    assert not [c for c in every_call if c.split()[0] in ("load", "unload", "setenv", "submit")]
