@@ -159,6 +159,7 @@ msg:
 """
 
 import json
+import socket
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -388,7 +389,7 @@ class OllamaClient:
         )
         progress = PullProgress()
         with response:
-            for line in _lines(response, self.url):
+            for line in _lines(response, self.url, self.timeout):
                 apply_progress_line(progress, line)
                 if time.monotonic() > deadline:
                     raise OllamaError(
@@ -399,13 +400,18 @@ class OllamaClient:
         return progress
 
 
-def _lines(response: Any, url: str) -> Iterator[bytes]:
-    """Lines of a streamed response; a stalled stream becomes a one-line error."""
+def _lines(response: Any, url: str, timeout: int) -> Iterator[bytes]:
+    """Lines of a streamed response; a stalled or broken stream becomes a one-line error."""
     while True:
         try:
             line = response.readline()
+        # socket.timeout: on Python 3.9 (macOS's python3) it is not yet TimeoutError.
+        except socket.timeout as exc:  # noqa: UP041
+            raise OllamaError(
+                f"no progress from {url} for {timeout} s; raise timeout if the download is slow"
+            ) from exc
         except OSError as exc:
-            raise OllamaError(f"the pull stream from {url} stopped: {exc}") from exc
+            raise OllamaError(f"the pull stream from {url} broke off: {exc}") from exc
         if not line:
             return
         yield line

@@ -87,6 +87,17 @@ def test_http_error_listing_models_fails_with_ollamas_message(standin, run_modul
     )
 
 
+def test_stalled_pull_fails_saying_what_to_raise(standin, run_module):
+    # The stand-in sends a progress line every pull_seconds / 4 = 15 s; the module waits 3.
+    standin.config(pull_seconds=60)
+    result = run_module({"name": "llama3.2:3b", "host": standin.url, "timeout": 3})
+    assert result["failed"] is True
+    assert result["msg"] == (
+        f"Ollama could not pull llama3.2:3b: no progress from {standin.url} for 3 s; "
+        "raise timeout if the download is slow"
+    )
+
+
 class PullRefusingOllama(BaseHTTPRequestHandler):
     """Lists no models and answers every pull with an HTTP error, body as Ollama words it."""
 
