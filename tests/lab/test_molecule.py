@@ -8,6 +8,7 @@ cannot run containers on this machine, and never when the CI variable is set.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -16,6 +17,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# Scenarios share container names and the machine has few cores: one `molecule test` at a time
+# across every pytest process of this checkout (`flock .lab/molecule.lock molecule ...` by hand).
+LOCK = REPO / ".lab" / "molecule.lock"
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
 
 
@@ -59,17 +63,20 @@ def test_scenarios_found():
     assert {"postgresql_access", "redis"} <= set(SCENARIOS)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # includes waiting for another scenario holding the lock
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario, podman_ready):
-    result = subprocess.run(
-        ["molecule", "test", "-s", scenario],
-        cwd=REPO,
-        env=lab_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    LOCK.parent.mkdir(exist_ok=True)
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            ["molecule", "test", "-s", scenario],
+            cwd=REPO,
+            env=lab_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"molecule test -s {scenario} failed:\n{output[-6000:]}"
     # Every step of the sequence ran and none was skipped for a missing playbook.
