@@ -3,11 +3,13 @@
     python -m lab.lab create [--outsider]   build the image (cached), network, containers
     python -m lab.lab destroy               remove the containers and the network
     python -m lab.lab status                show the lab's containers
+    python -m lab.lab --inventory DIR ...   another lab inventory (default inventory/lab)
 
 The hosts and their fixed addresses come from the lab inventory (inventory/lab/hosts.yml,
 `node_address` of every host in the group `lab_nodes`), the network, subnet and image from
 inventory/lab/group_vars/all/lab.yml, so the inventory is the one place that names them.
-`--outsider` adds `lab-outsider`, a container in no inventory group, for negative tests.
+`--outsider` adds the outsider (`lab-outsider`), a container in no inventory group, for
+negative tests.
 Podman runs with CONTAINERS_CONF=lab/containers.conf (runc, explicit ulimits); see docs/lab.md.
 """
 
@@ -32,7 +34,7 @@ SECRETS_DIR = STATE_DIR / "secrets"
 APT_ARCHIVES = STATE_DIR / "apt-archives"
 # Generated on `create` unless present; the lab inventory reads them with the password lookup.
 SECRET_NAMES = ("coordinator_db_password", "redis_password")
-OUTSIDER = ("lab-outsider", "10.89.20.99")
+LABEL = "coordinator.lab.network"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Lab:
     subnet: str
     image: str
     nodes: dict[str, str]  # container/host name -> address
+    outsider: tuple[str, str]  # name, address of the container in no group
 
 
 def load_lab(inventory: Path = INVENTORY) -> Lab:
@@ -49,7 +52,10 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
     settings = yaml.safe_load((inventory / "group_vars" / "all" / "lab.yml").read_text())
     lab_nodes = hosts["all"]["children"]["lab_nodes"]["hosts"]
     nodes = {name: str(vars_["node_address"]) for name, vars_ in lab_nodes.items()}
-    return Lab(settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes)
+    outsider = (str(settings["lab_outsider_name"]), str(settings["lab_outsider_address"]))
+    return Lab(
+        settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes, outsider
+    )
 
 
 def podman(*args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
@@ -113,6 +119,8 @@ def start_container(lab: Lab, name: str, address: str) -> None:
         "--ip",
         address,
         "--systemd=always",
+        "--label",
+        f"{LABEL}={lab.network}",
         "--volume",
         f"{APT_ARCHIVES / name}:/var/cache/apt/archives",
         lab.image,
@@ -129,7 +137,7 @@ def create(lab: Lab, outsider: bool = False) -> None:
         podman("network", "create", "--subnet", lab.subnet, lab.network, capture=True)
     nodes = dict(lab.nodes)
     if outsider:
-        nodes[OUTSIDER[0]] = OUTSIDER[1]
+        nodes[lab.outsider[0]] = lab.outsider[1]
     for name, address in nodes.items():
         # One apt cache per container: apt's lock on it does not work across containers.
         (APT_ARCHIVES / name / "partial").mkdir(parents=True, exist_ok=True)
@@ -140,8 +148,22 @@ def create(lab: Lab, outsider: bool = False) -> None:
     print(f"lab up in {took:.0f} s: " + ", ".join(f"{n} {a}" for n, a in nodes.items()))
 
 
+def labelled(lab: Lab) -> list[str]:
+    """Containers this lab started (also the outsider), found by their label."""
+    result = podman(
+        "ps",
+        "--all",
+        "--filter",
+        f"label={LABEL}={lab.network}",
+        "--format",
+        "{{.Names}}",
+        capture=True,
+    )
+    return result.stdout.split()
+
+
 def destroy(lab: Lab) -> None:
-    for name in [*lab.nodes, OUTSIDER[0]]:
+    for name in sorted(set(lab.nodes) | set(labelled(lab))):
         if exists("container", name):
             podman("rm", "--force", "--time", "5", name, capture=True)
     if exists("network", lab.network):
@@ -165,12 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     create_parser = sub.add_parser("create", help="build the image, network and containers")
     create_parser.add_argument(
-        "--outsider", action="store_true", help=f"also start {OUTSIDER[0]} (in no group)"
+        "--outsider", action="store_true", help="also start the outsider (in no group)"
     )
     sub.add_parser("destroy", help="remove the containers and the network")
     sub.add_parser("status", help="list the lab's containers")
+    parser.add_argument(
+        "--inventory", type=Path, default=INVENTORY, help="lab inventory (default inventory/lab)"
+    )
     args = parser.parse_args(argv)
-    lab = load_lab()
+    lab = load_lab(args.inventory)
     if args.command == "create":
         create(lab, outsider=args.outsider)
     elif args.command == "destroy":

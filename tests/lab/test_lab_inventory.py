@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from lab.lab import OUTSIDER, load_lab
+from lab.lab import load_lab
 
 
 def test_lab_nodes_have_fixed_addresses_in_the_lab_subnet():
@@ -12,6 +12,6 @@ def test_lab_nodes_have_fixed_addresses_in_the_lab_subnet():
     subnet = ipaddress.ip_network(lab.subnet)
     assert set(lab.nodes) == {"lab-ai-core", "lab-worker-slow", "lab-worker-fast"}
     assert lab.nodes["lab-ai-core"] == "10.89.20.40"
-    for address in [*lab.nodes.values(), OUTSIDER[1]]:
+    for address in [*lab.nodes.values(), lab.outsider[1]]:
         assert ipaddress.ip_address(address) in subnet
-    assert len(set(lab.nodes.values()) | {OUTSIDER[1]}) == len(lab.nodes) + 1
+    assert len(set(lab.nodes.values()) | {lab.outsider[1]}) == len(lab.nodes) + 1
