@@ -196,3 +196,77 @@ def test_unreachable_message_uses_the_plain_reason():
 def test_model_summary():
     assert om.model_summary(None) is None
     assert om.model_summary(TAGS["models"][1]) == {"name": HF, "digest": "bb", "size": 20}
+
+
+class FakeResponse:
+    """A streamed HTTP response: readline() hands out lines, then raises or ends."""
+
+    def __init__(self, lines: list[bytes], then: Exception | None = None) -> None:
+        self.lines = list(lines)
+        self.then = then
+
+    def readline(self) -> bytes:
+        if self.lines:
+            return self.lines.pop(0)
+        if self.then is not None:
+            raise self.then
+        return b""
+
+    def __enter__(self) -> FakeResponse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _client_answering(monkeypatch, response: FakeResponse) -> om.OllamaClient:
+    client = om.OllamaClient("http://127.0.0.1:9", timeout=5, validate_certs=True)
+    monkeypatch.setattr(client, "_open", lambda *args: response)
+    return client
+
+
+def test_pull_past_the_deadline_fails(monkeypatch):
+    # The clock jumps past the 5 s deadline between the first and the second line.
+    clock = iter([0.0, 1.0, 10.0])
+    monkeypatch.setattr(om.time, "monotonic", lambda: next(clock))
+    response = FakeResponse(_lines({"status": "pulling manifest"}, {"status": "pulling x"}))
+    with pytest.raises(om.OllamaError) as exc:
+        _client_answering(monkeypatch, response).pull("llama3.2", insecure=False)
+    assert str(exc.value) == (
+        "the pull did not finish within 5 s (last status: pulling x); raise timeout"
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            TimeoutError("timed out"),
+            "no progress from http://127.0.0.1:9 for 5 s; raise timeout if the download is slow",
+        ),
+        (
+            ConnectionResetError(104, "Connection reset by peer"),
+            "the pull stream from http://127.0.0.1:9 broke off: "
+            "[Errno 104] Connection reset by peer",
+        ),
+    ],
+)
+def test_pull_stream_that_breaks_off(monkeypatch, error, message):
+    response = FakeResponse(_lines({"status": "pulling manifest"}), then=error)
+    with pytest.raises(om.OllamaError) as exc:
+        _client_answering(monkeypatch, response).pull("llama3.2", insecure=False)
+    assert str(exc.value) == message
+
+
+def test_pull_success_through_the_client(monkeypatch):
+    response = FakeResponse(
+        _lines({"status": "pulling a", "digest": "sha256:a", "total": 7, "completed": 7})
+        + _lines({"status": "success"})
+    )
+    progress = _client_answering(monkeypatch, response).pull("llama3.2", insecure=False)
+    assert progress.as_result() == {
+        "status": "success",
+        "total_bytes": 7,
+        "completed_bytes": 7,
+        "layers": 1,
+    }
