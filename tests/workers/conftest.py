@@ -180,15 +180,28 @@ class Tasks:
     """Reads the tasks table as a user's psql would."""
 
     def __init__(self, pg: ThrowawayPostgres) -> None:
-        self.conn = psycopg2.connect(pg.dsn)
-        self.conn.autocommit = True
+        self.dsn = pg.dsn
+        self.conn = self._connect()
+
+    def _connect(self) -> psycopg2.extensions.connection:
+        conn = psycopg2.connect(self.dsn)
+        conn.autocommit = True
+        return conn
 
     def get(self, task_id: str) -> dict[str, Any]:
-        with self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-            cur.execute("SELECT * FROM tasks WHERE id = %s", (task_id,))
-            row = cur.fetchone()
+        try:
+            row = self._fetch(task_id)
+        except psycopg2.OperationalError:  # PostgreSQL was restarted by the test
+            self.conn.close()
+            self.conn = self._connect()
+            row = self._fetch(task_id)
         assert row is not None, f"task {task_id} is not in the tasks table"
         return dict(row)
+
+    def _fetch(self, task_id: str) -> dict[str, Any] | None:
+        with self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            cur.execute("SELECT * FROM tasks WHERE id = %s", (task_id,))
+            return cur.fetchone()
 
     def wait_status(self, task_id: str, *statuses: str,
                     timeout: float = DEFAULT_WAIT) -> dict[str, Any]:

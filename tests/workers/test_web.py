@@ -418,3 +418,23 @@ def test_coordinator_token(web_env, start_worker, pg, redis_server, tmp_path):
     finally:
         guarded.service.stop()
     assert token not in worker.output()
+
+
+# Last in the file: it restarts the session's PostgreSQL.
+def test_postgres_restart_mid_task_lock_retaken_and_result_written(web_env, start_worker,
+                                                                   coordinator, tasks, ollama,
+                                                                   pg, rds):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    ollama.config(latency=3)
+    task_id = coordinator.route(TOKYO, "web_search")
+    tasks.wait_status(task_id, "running")
+    pg.restart()
+    row = tasks.wait_status(task_id, "done", "failed", timeout=30)
+    assert (row["status"], row["attempts"]) == ("done", 1)
+    assert any(line.startswith(f"ERROR result write of task {task_id} failed: ")
+               for line in messages(worker))
+    wait_until(lambda: len([m for m in messages(worker) if m.startswith("INFO Lock worker:")])
+               == 2, 15, "the lock to be taken again after the restart")
+    wait_until(lambda: rds.llen(f"processing:{web_env['WORKER_ID']}") == 0, 10,
+               "the id to leave the processing list")
