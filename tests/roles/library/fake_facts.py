@@ -1,0 +1,15 @@
+#!/usr/bin/python
+"""Test-only module: returns the facts it is given, so a play can pose as another OS."""
+
+from __future__ import annotations
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}})
+    module.exit_json(changed=False, ansible_facts=module.params["facts"])
+
+
+if __name__ == "__main__":
+    main()
