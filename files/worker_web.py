@@ -330,10 +330,7 @@ class WebWorker:
 
     # -- start-up checks ------------------------------------------------------------------
     def start(self) -> None:
-        self.check_redis()
-        self.check_postgres()
-        self.check_searxng()
-        self.check_ollama()
+        self.check_all()
         self.take_lock()
         leftovers = self.redis.llen(self.processing)
         if leftovers:
@@ -341,6 +338,13 @@ class WebWorker:
                      self.processing, leftovers)
         self.register()
         threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+
+    def check_all(self) -> None:
+        """The start-up checks in the order they are logged; `--check` runs only these."""
+        self.check_redis()
+        self.check_postgres()
+        self.check_searxng()
+        self.check_ollama()
 
     def check_redis(self) -> None:
         address = f"{self.cfg.redis_host}:{self.cfg.redis_port}"
@@ -788,7 +792,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Web Search Worker of the Coordinator "
                                                  "cluster; configured by environment only.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    if parser.parse_args(argv).version:
+    parser.add_argument("--check", action="store_true",
+                        help="run the start-up checks with this environment and exit: 0 when "
+                             "all pass (nothing is registered, no task is taken)")
+    args = parser.parse_args(argv)
+    if args.version:
         print(VERSION)
         return 0
     setup_logging(env_secrets(os.environ))
@@ -802,6 +810,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, worker.on_signal)
     signal.signal(signal.SIGINT, worker.on_signal)
     try:
+        if args.check:
+            worker.check_all()
+            log.info("All start-up checks passed (--check: not registering, taking no task).")
+            return 0
         worker.start()
     except CheckFailed as error:
         log.error("%s", error)

@@ -438,3 +438,4 @@ def test_postgres_restart_mid_task_lock_retaken_and_result_written(web_env, star
                == 2, 15, "the lock to be taken again after the restart")
     wait_until(lambda: rds.llen(f"processing:{web_env['WORKER_ID']}") == 0, 10,
                "the id to leave the processing list")
+

@@ -1,0 +1,34 @@
+"""`worker_web.py --check`: the start-up checks alone, which migrate-web.yml runs on the new
+host before anything changes."""
+
+from __future__ import annotations
+
+import subprocess
+
+from .conftest import FILES, PYTHON
+from .test_web import START_LINES, line_index
+
+
+def _check(env) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, str(FILES / "worker_web.py"), "--check"], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_check_runs_the_start_up_checks_and_takes_nothing(web_env, coordinator):
+    done = _check(web_env)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split(" ", 2)[2] for line in done.stderr.splitlines() if line[:2] == "20"]
+    positions = [line_index(lines, text) for text in START_LINES[:4]]
+    assert positions == sorted(positions)
+    assert lines[-1] == ("INFO All start-up checks passed (--check: not registering, "
+                         "taking no task).")
+    assert coordinator.worker(web_env["WORKER_ID"]) is None
+
+
+def test_check_fails_with_the_checks_message(web_env, redis_server):
+    done = _check({**web_env, "REDIS_PASSWORD": "not-the-password"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].endswith(
+        f"ERROR Redis check FAILED at 127.0.0.1:{redis_server.port}: invalid "
+        "username-password pair or user is disabled.; fix: check REDIS_PASSWORD "
+        "(it must equal requirepass in redis.conf)")
