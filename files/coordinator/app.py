@@ -1,0 +1,372 @@
+"""The HTTP API (FastAPI). Parsing and rendering only; the work is in ``service``.
+
+Every 4xx body is ``{"error": "<one line: what is wrong and how to fix it>"}``; nothing
+answers 500: ``Front`` (plain ASGI in front of FastAPI, cheap on the hot path) checks the
+bearer token and turns any unhandled exception into a logged 503 naming the backend that
+failed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import uuid
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import __version__
+from .config import Config
+from .metrics import CONTENT_TYPE
+from .routing import (
+    NAME_RE,
+    TASK_TYPES,
+    RequestError,
+    body_too_large,
+    parse_route_request,
+)
+from .service import Coordinator, backend_error, first_line
+
+log = logging.getLogger("coordinator.api")
+
+OPEN_PATHS = frozenset(("/health", "/metrics"))
+MAX_WAIT = 60.0
+OTHER_BODY_LIMIT = 64 * 1024
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
+                    status_code=status, media_type="application/json")
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None
+                   ) -> Response:
+    response = json_response({"error": message}, status)
+    if headers:
+        response.headers.update(headers)
+    return response
+
+
+# -- request bodies (documented in the OpenAPI schema) ---------------------------------------
+
+
+class RouteBody(BaseModel):
+    """POST /route (validated by ``routing.parse_route_request``, documented here)."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str = Field(description="the text to work on (at most COORDINATOR_MAX_PROMPT_BYTES)")
+    task_type: Literal[TASK_TYPES] = Field(description="what to do with it")  # type: ignore[valid-type]
+    model: str | None = Field(None, description="inference: the model; default: any worker")
+    worker: str | None = Field(None, description="inference: send to this worker id only")
+
+
+class RouteAnswer(BaseModel):
+    task_id: uuid.UUID
+    queue: str | None = Field(description="null while the task waits for an inference worker")
+    status: Literal["queued"]
+    worker: str = Field(description="'default' for shared queues, else the worker id")
+    note: str | None = Field(None, description="why the task waits (queue null)")
+    warning: str | None = Field(None, description="saved, but Redis did not take the id yet")
+
+
+Name = Annotated[StrictStr, Field(pattern=NAME_RE.pattern)]
+
+
+class RegisterBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    worker_id: Name
+    host: Annotated[StrictStr, Field(min_length=1, max_length=255)]
+    kind: Literal["web", "inference", "rag"]
+    instance_id: uuid.UUID
+    queues: list[StrictStr] = []
+    version: StrictStr | None = None
+    pid: Annotated[StrictInt, Field(ge=0)] | None = None
+    device: Name | None = None
+    models: list[StrictStr] = []
+
+
+class HeartbeatBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instance_id: uuid.UUID
+    pid: Annotated[StrictInt, Field(ge=0)] | None = None
+    in_flight: Annotated[StrictInt, Field(ge=0)] | None = None
+    db_write_failures: Annotated[StrictInt, Field(ge=0)] | None = None
+    last_error: StrictStr | None = None
+
+
+def validation_message(errors: list[dict[str, Any]]) -> str:
+    """One line from pydantic's errors: the first problem and where."""
+    if not errors:
+        return "invalid request: see /docs for the schema"
+    err = errors[0]
+    loc = [str(p) for p in err.get("loc", ())]
+    where_kind = loc[0] if loc else "body"
+    loc = loc[1:] if loc and loc[0] in ("body", "query", "path") else loc
+    name = ".".join(loc)
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        detail = (err.get("ctx") or {}).get("error", "")
+        return (f"request body is not valid JSON ({detail}): send a JSON object, see /docs "
+                "for the schema")
+    if where_kind == "query":
+        return f"query parameter '{name}': {err.get('msg')}"
+    if not name:
+        if kind in ("model_attributes_type", "dict_type", "model_type"):
+            return "request body must be a JSON object: see /docs for the schema"
+        return f"request body: {err.get('msg')} (see /docs for the schema)"
+    if kind == "missing":
+        return f"'{name}' is missing: see /docs for the request schema"
+    if kind == "extra_forbidden":
+        return f"unknown field '{name}': see /docs for the allowed fields"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"'{name}': {err.get('msg')}{more}"
+
+
+# -- the app ---------------------------------------------------------------------------------
+
+
+def unavailable(exc: BaseException, cfg: Config, where: str) -> str:
+    """Log an unhandled error; return the one-line message of the 503 that answers it."""
+    message = backend_error(exc, cfg)
+    if message is None:
+        log.error("unhandled error in %s", where, exc_info=exc)
+        return (f"the coordinator hit an unexpected error ({type(exc).__name__}: "
+                f"{first_line(exc)[:200]}); it is logged, retry later")
+    log.warning("%s: %s", where, message)
+    return message
+
+
+class Front:
+    """The ASGI app uvicorn serves, in front of FastAPI.
+
+    It checks the bearer token, serves ``POST /route`` itself as plain ASGI (the hot path
+    skips the framework's per-request machinery; FastAPI still declares the route for the
+    OpenAPI schema, with the same code), and is the last catch-all: no request ends in a 500.
+    """
+
+    def __init__(self, api: FastAPI, cfg: Config, coordinator: Coordinator) -> None:
+        self.api = api
+        self.state = api.state
+        self.cfg = cfg
+        self.coordinator = coordinator
+        self.expected = (f"Bearer {cfg.token}".encode() if cfg.token else None)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.api(scope, receive, send)
+            return
+        path = scope["path"]
+        if self.expected is not None and path not in OPEN_PATHS:
+            given = b""
+            for key, value in scope["headers"]:
+                if key == b"authorization":
+                    given = value
+                    break
+            if not hmac.compare_digest(given, self.expected):
+                why = "missing" if not given else "wrong"
+                await error_response(
+                    401, f"{why} bearer token: send 'Authorization: Bearer <token>' with the "
+                         "token the coordinator was given in COORDINATOR_TOKEN",
+                    {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                return
+        is_route = path == "/route" and scope["method"] == "POST"
+        if not is_route:
+            length = content_length_or_none(scope)
+            if length is not None and length > OTHER_BODY_LIMIT:
+                await error_response(
+                    413, f"request body is {length} bytes, over the limit of "
+                         f"{OTHER_BODY_LIMIT} bytes for {path}")(scope, receive, send)
+                return
+        started = False
+
+        async def tracking_send(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            if is_route:
+                await self.route(scope, receive, tracking_send)
+            else:
+                await self.api(scope, receive, tracking_send)
+        except Exception as exc:
+            # FastAPI's own handler answered (and logged) already when a response started.
+            if not started:
+                message = unavailable(exc, self.cfg, f"{scope['method']} {path}")
+                await error_response(503, message, {"Retry-After": "2"})(scope, receive, send)
+
+    async def route(self, scope: dict, receive: Any, send: Any) -> None:
+        cfg = self.cfg
+        try:
+            body = await receive_body(scope, receive, cfg.max_body_bytes, cfg.max_prompt_bytes)
+            if body is None:
+                return  # the client went away
+            status, answer = 201, await self.coordinator.route(
+                parse_route_request(body, cfg.max_prompt_bytes))
+        except RequestError as exc:
+            status, answer = exc.status, {"error": exc.message}
+        payload = json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def content_length_or_none(scope: dict) -> int | None:
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def content_length(scope: dict) -> int | None:
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                raise RequestError(400, "the Content-Length header is not a number") from None
+    return None
+
+
+async def receive_body(scope: dict, receive: Any, limit: int, max_prompt: int) -> bytes | None:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` (from
+    Content-Length, before reading anything, or while reading a chunked body); the server
+    discards whatever the client still sends."""
+    size = content_length(scope)
+    if size is not None and size > limit:
+        raise body_too_large(size, limit, max_prompt)
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise body_too_large(size, limit, max_prompt)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def create_app(cfg: Config) -> Front:
+    """The ASGI app: ``Front`` around the FastAPI app; ``.coordinator`` is the service."""
+    coordinator = Coordinator(cfg)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await coordinator.start()
+        try:
+            yield
+        finally:
+            await coordinator.stop()
+
+    app = FastAPI(
+        title="Coordinator", version=__version__, lifespan=lifespan,
+        # no OpenTelemetry per request (Prometheus metrics are at /metrics)
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+        description="Routes tasks to web, RAG and inference workers; PostgreSQL is the "
+                    "record, Redis carries task ids. See docs/coordinator.md.",
+    )
+    app.state.coordinator = coordinator
+
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Request, exc: RequestError) -> Response:
+        return error_response(exc.status, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(422, validation_message(list(exc.errors())))
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> Response:
+        message = unavailable(exc, cfg, f"{request.method} {request.url.path}")
+        return error_response(503, message, {"Retry-After": "2"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            message = (f"no such endpoint: {request.method} {request.url.path}; see /docs "
+                       "for the API")
+        elif exc.status_code == 405:
+            message = (f"{request.method} is not allowed on {request.url.path}; see /docs for "
+                       "the methods it takes")
+        else:
+            message = str(exc.detail)
+        return error_response(exc.status_code, message, dict(exc.headers or {}))
+
+    route_limit = cfg.max_body_bytes
+    max_prompt = cfg.max_prompt_bytes
+
+    @app.post(
+        "/route", status_code=201, response_model=RouteAnswer,
+        summary="Accept a task: saved in PostgreSQL, then its id pushed to its Redis queue",
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": RouteBody.model_json_schema()}}}},
+    )
+    async def route(request: Request) -> Response:
+        # Served by Front.route; this declaration documents it (and serves it without Front).
+        body = await receive_body(request.scope, request.receive, route_limit, max_prompt)
+        req = parse_route_request(body or b"", max_prompt)
+        return json_response(await coordinator.route(req), 201)
+
+    @app.get("/task/{task_id}", summary="A task's state and result; ?wait=N long-polls")
+    async def get_task(
+        task_id: str,
+        wait: Annotated[float | None, Query(
+            description="seconds (0 to 60) to wait for the task to be done or failed")] = None,
+    ) -> Response:
+        try:
+            tid = uuid.UUID(task_id)
+        except ValueError:
+            raise RequestError(422, f"task id {task_id[:60]!r} is not a UUID: use the task_id "
+                                    "that POST /route returned") from None
+        seconds = 0.0 if wait is None else wait
+        if not 0 <= seconds <= MAX_WAIT:
+            raise RequestError(422, f"wait={wait} is out of range: use 0 to {MAX_WAIT:g} "
+                                    "seconds")
+        task = await coordinator.get_task(tid, seconds)
+        if task is None:
+            raise RequestError(404, f"no task {tid}: check the id POST /route returned")
+        return json_response(task)
+
+    @app.post("/workers/register", summary="A worker announces itself")
+    async def register(body: RegisterBody) -> Response:
+        return json_response(await coordinator.register(body.model_dump(mode="json")))
+
+    @app.post("/workers/{worker_id}/heartbeat", summary="A worker says it is alive")
+    async def heartbeat(worker_id: str, body: HeartbeatBody) -> Response:
+        answer = await coordinator.heartbeat(worker_id, body.model_dump(mode="json"))
+        if answer is None:
+            raise RequestError(404, f"unknown worker {worker_id[:128]!r}: register it again "
+                                    "with POST /workers/register")
+        return json_response(answer)
+
+    @app.get("/workers", summary="Every registered worker, alive or not")
+    async def workers() -> Response:
+        return json_response({"workers": await coordinator.list_workers()})
+
+    @app.get("/queues", summary="Every queue's depth (LLEN) and in-flight (running) count")
+    async def queues() -> Response:
+        return json_response(await coordinator.list_queues())
+
+    @app.get("/health", summary="200 when PostgreSQL and Redis both answer, else 503")
+    async def health() -> Response:
+        ok, body = await coordinator.health()
+        return json_response(body, 200 if ok else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(await coordinator.render_metrics(), media_type=CONTENT_TYPE)
+
+    return Front(app, cfg, coordinator)

@@ -1,0 +1,176 @@
+"""Configuration, read only from the environment.
+
+``load_config`` is pure (it takes the mapping to read), so tests can feed it any environment.
+A missing or bad value raises ``ConfigError`` with one line naming the variable; ``__main__``
+prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psycopg.conninfo
+
+
+class ConfigError(Exception):
+    """A missing or invalid environment variable; the message is one line naming it."""
+
+
+DSN_EXAMPLE = "host=db.example port=5432 dbname=coordinator user=coordinator password=..."
+
+
+@dataclass(frozen=True)
+class Config:
+    pg_dsn: str
+    redis_host: str
+    redis_port: int = 6379
+    redis_password: str | None = None
+    bind: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    heartbeat_ttl: float = 15.0
+    web_task_deadline: float = 60.0
+    max_attempts: int = 3
+    task_timeout: float = 900.0
+    max_prompt_bytes: int = 1024 * 1024
+    repush_grace: float = 5.0
+    pg_pool_size: int = 10
+    log_level: str = "INFO"
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """How often workers heartbeat, and how often the Reaper runs."""
+        return self.heartbeat_ttl / 3
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Largest POST /route body read: room for a maximal prompt written with JSON escapes."""
+        return 6 * self.max_prompt_bytes + 64 * 1024
+
+    @property
+    def pg_address(self) -> str:
+        return pg_address(self.pg_dsn)
+
+    @property
+    def pg_user(self) -> str:
+        params = psycopg.conninfo.conninfo_to_dict(self.pg_dsn)
+        return str(params.get("user") or "(the OS user)")
+
+    @property
+    def pg_dbname(self) -> str:
+        params = psycopg.conninfo.conninfo_to_dict(self.pg_dsn)
+        return str(params.get("dbname") or params.get("user") or "(default)")
+
+    @property
+    def redis_address(self) -> str:
+        return f"{self.redis_host}:{self.redis_port}"
+
+
+def pg_address(dsn: str) -> str:
+    """``host:port`` of a libpq DSN, never including the password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "(unparsable PG_DSN)"
+    host = str(params.get("host") or params.get("hostaddr") or "local socket")
+    port = str(params.get("port") or "5432")
+    return f"{host}:{port}"
+
+
+def _number(
+    env: Mapping[str, str], name: str, default: float, *, integer: bool, minimum: float,
+    unit: str,
+) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    kind = "an integer" if integer else "a number"
+    try:
+        value = int(raw.strip()) if integer else float(raw.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{name}={raw!r} is not {kind}: set it to {kind} of {unit} "
+            f"(at least {minimum:g}), or unset it for the default {default:g}"
+        ) from None
+    if not math.isfinite(value) or value < minimum:
+        raise ConfigError(
+            f"{name}={raw!r} is out of range: set it to at least {minimum:g} {unit}, "
+            f"or unset it for the default {default:g}"
+        )
+    return value
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 65535:
+        raise ConfigError(
+            f"{name}={raw!r} is not a TCP port: use an integer from 1 to 65535 "
+            f"(default {default})"
+        )
+    return value
+
+
+def load_config(env: Mapping[str, str]) -> Config:
+    """Build the configuration from ``env`` (usually ``os.environ``)."""
+    dsn = env.get("PG_DSN", "").strip()
+    if not dsn:
+        raise ConfigError(f"PG_DSN is not set: set it to a libpq DSN, e.g. '{DSN_EXAMPLE}'")
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"PG_DSN is not a valid libpq DSN ({first}): use e.g. '{DSN_EXAMPLE}'"
+        ) from None
+    redis_host = env.get("REDIS_HOST", "").strip()
+    if not redis_host:
+        raise ConfigError(
+            "REDIS_HOST is not set: set it to the Redis server's host name or address"
+        )
+    bind = env.get("COORDINATOR_BIND", "").strip() or "127.0.0.1"
+    token = env.get("COORDINATOR_TOKEN") or None
+    if token is not None and (token != token.strip() or any(c.isspace() for c in token)):
+        raise ConfigError(
+            "COORDINATOR_TOKEN contains whitespace: use a token without spaces or newlines"
+        )
+    log_level = (env.get("COORDINATOR_LOG_LEVEL") or "INFO").strip().upper()
+    if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") or \
+            not isinstance(logging.getLevelName(log_level), int):
+        raise ConfigError(
+            f"COORDINATOR_LOG_LEVEL={env.get('COORDINATOR_LOG_LEVEL')!r} is not a log level: "
+            "use debug, info, warning, error or critical"
+        )
+    ttl = _number(env, "COORDINATOR_HEARTBEAT_TTL", 15.0, integer=False, minimum=0.3,
+                  unit="seconds")
+    return Config(
+        pg_dsn=dsn,
+        redis_host=redis_host,
+        redis_port=_port(env, "REDIS_PORT", 6379),
+        redis_password=env.get("REDIS_PASSWORD") or None,
+        bind=bind,
+        port=_port(env, "COORDINATOR_PORT", 8000),
+        token=token,
+        heartbeat_ttl=ttl,
+        web_task_deadline=_number(env, "COORDINATOR_WEB_TASK_DEADLINE", 60.0, integer=False,
+                                  minimum=0, unit="seconds"),
+        max_attempts=int(_number(env, "COORDINATOR_MAX_ATTEMPTS", 3, integer=True, minimum=1,
+                                 unit="attempts")),
+        task_timeout=_number(env, "COORDINATOR_TASK_TIMEOUT", 900.0, integer=False,
+                             minimum=0.1, unit="seconds"),
+        max_prompt_bytes=int(_number(env, "COORDINATOR_MAX_PROMPT_BYTES", 1024 * 1024,
+                                     integer=True, minimum=1, unit="bytes")),
+        repush_grace=_number(env, "COORDINATOR_REPUSH_GRACE", 5.0, integer=False, minimum=0,
+                             unit="seconds"),
+        pg_pool_size=int(_number(env, "COORDINATOR_PG_POOL_SIZE", 10, integer=True, minimum=2,
+                                 unit="connections")),
+        log_level=log_level,
+    )

@@ -1,0 +1,240 @@
+"""Routing: the task-type table, request validation and worker choice. Pure functions, no I/O.
+
+The one routing table (documented in docs/coordinator.md):
+
+==============  ============  ===========================================================
+task_type       worker kind   queue
+==============  ============  ===========================================================
+web_search      web           ``tasks:web`` (shared by every web worker)
+rag             rag           ``tasks:rag`` (shared by every RAG worker)
+generate        inference     ``tasks:<device>:<worker id>`` of one alive inference worker
+chat            inference     that serves the requested model, least loaded first, or the
+summarize       inference     one named in ``worker``
+==============  ============  ===========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+WEB_QUEUE = "tasks:web"
+RAG_QUEUE = "tasks:rag"
+SHARED_QUEUES = (WEB_QUEUE, RAG_QUEUE)
+DEFAULT_WORKER = "default"
+WEB_RESULT_WORKER = "web-worker"
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str  # the kind of worker that serves it: web, rag or inference
+    queue: str | None  # the shared queue, or None for a per-worker inference queue
+
+
+ROUTES: dict[str, Route] = {
+    "web_search": Route("web", WEB_QUEUE),
+    "rag": Route("rag", RAG_QUEUE),
+    "generate": Route("inference", None),
+    "chat": Route("inference", None),
+    "summarize": Route("inference", None),
+}
+TASK_TYPES = tuple(sorted(ROUTES))
+INFERENCE_TYPES = tuple(t for t in TASK_TYPES if ROUTES[t].kind == "inference")
+SHARED_TYPES = tuple(t for t in TASK_TYPES if ROUTES[t].kind != "inference")
+WORKER_KINDS = ("web", "inference", "rag")
+
+ROUTE_FIELDS = ("prompt", "task_type", "model", "worker")
+_EXAMPLE = '{"prompt": "...", "task_type": "web_search"}'
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+
+
+class RequestError(Exception):
+    """A client error: HTTP ``status`` and a one-line ``message`` saying how to fix it."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    prompt: str
+    task_type: str
+    model: str | None = None
+    worker: str | None = None
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _check_text(name: str, value: str) -> bytes:
+    if "\x00" in value:
+        raise RequestError(
+            422, f"'{name}' contains a NUL character (\\u0000), which PostgreSQL text "
+                 "cannot store: remove it"
+        )
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(
+            422, f"'{name}' contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff): "
+                 "send valid Unicode text"
+        ) from None
+
+
+def _optional_name(data: Mapping[str, object], name: str, what: str) -> str | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RequestError(
+            422, f"'{name}' must be a string (or left out), got {_type_name(value)}"
+        )
+    if not value.strip():
+        raise RequestError(422, f"'{name}' is empty: leave it out to use {what}")
+    _check_text(name, value)
+    return value
+
+
+def parse_route_request(body: bytes, max_prompt_bytes: int) -> RouteRequest:
+    """Validate a POST /route body; raise ``RequestError`` saying what is wrong."""
+    if not body.strip():
+        raise RequestError(400, f"request body is empty: send a JSON object like {_EXAMPLE}")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            400, f"request body is not valid JSON ({str(exc).splitlines()[0]}): "
+                 f"send a JSON object like {_EXAMPLE}"
+        ) from None
+    if not isinstance(data, dict):
+        raise RequestError(
+            422, f"request body must be a JSON object, got {_type_name(data)}: "
+                 f"send e.g. {_EXAMPLE}"
+        )
+    unknown = [k for k in data if k not in ROUTE_FIELDS]
+    if unknown:
+        names = ", ".join(repr(k) for k in sorted(unknown))
+        raise RequestError(
+            422, f"unknown field(s) {names}: the allowed fields are "
+                 f"{', '.join(ROUTE_FIELDS)}"
+        )
+    task_type = data.get("task_type")
+    if task_type is None:
+        raise RequestError(
+            422, f"'task_type' is missing: use one of {', '.join(TASK_TYPES)}"
+        )
+    if not isinstance(task_type, str):
+        raise RequestError(
+            422, f"'task_type' must be a string, got {_type_name(task_type)}: use one of "
+                 f"{', '.join(TASK_TYPES)}"
+        )
+    if task_type not in ROUTES:
+        shown = task_type if len(task_type) <= 40 else task_type[:40] + "..."
+        raise RequestError(
+            422, f"unknown task_type {shown!r}: use one of {', '.join(TASK_TYPES)}"
+        )
+    prompt = data.get("prompt")
+    if prompt is None:
+        raise RequestError(
+            422, f"'prompt' is missing: send the text to work on, e.g. {_EXAMPLE}"
+        )
+    if not isinstance(prompt, str):
+        raise RequestError(422, f"'prompt' must be a string, got {_type_name(prompt)}")
+    if not prompt.strip():
+        raise RequestError(422, "'prompt' is empty: send the text to work on")
+    size = len(prompt) if prompt.isascii() else len(prompt.encode("utf-8", "surrogatepass"))
+    if size > max_prompt_bytes:
+        raise RequestError(
+            413, f"'prompt' is {size} bytes, over the limit of {max_prompt_bytes} bytes "
+                 "(COORDINATOR_MAX_PROMPT_BYTES): shorten it"
+        )
+    if prompt.isascii():
+        if "\x00" in prompt:
+            _check_text("prompt", prompt)
+    else:
+        _check_text("prompt", prompt)
+    model = _optional_name(data, "model", "the worker's default model")
+    worker = _optional_name(data, "worker", "any suitable worker")
+    if worker is not None and ROUTES[task_type].kind != "inference":
+        raise RequestError(
+            422, f"'worker' can only be chosen for the inference task types "
+                 f"({', '.join(INFERENCE_TYPES)}); {task_type} goes to the shared queue "
+                 f"{ROUTES[task_type].queue}: leave 'worker' out"
+        )
+    return RouteRequest(prompt=prompt, task_type=task_type, model=model, worker=worker)
+
+
+def body_too_large(size: int, max_body: int, max_prompt: int) -> RequestError:
+    return RequestError(
+        413, f"request body is {size} bytes or more, over the limit of {max_body} bytes: the "
+             f"prompt may be at most {max_prompt} bytes (COORDINATOR_MAX_PROMPT_BYTES)"
+    )
+
+
+# -- workers -----------------------------------------------------------------------------
+
+
+def inference_queue_of(worker_id: str, device: str | None, queues: Iterable[str]) -> str | None:
+    """The per-worker queue of an inference worker: the first non-shared queue it listens
+    on, else ``tasks:<device>:<worker_id>``."""
+    for queue in queues:
+        if queue not in SHARED_QUEUES:
+            return queue
+    if device:
+        return f"tasks:{device}:{worker_id}"
+    return None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An inference worker as routing sees it."""
+
+    worker_id: str
+    queue: str
+    models: tuple[str, ...] = ()
+    alive: bool = True
+
+
+def serves(worker: Candidate, model: str | None) -> bool:
+    """No model requested = any worker; else a worker that registered that model."""
+    return model is None or model in worker.models
+
+
+def choose_worker(
+    workers: Iterable[Candidate],
+    model: str | None,
+    load: Mapping[str, int],
+    exclude: Iterable[str] = (),
+) -> Candidate | None:
+    """The alive worker serving ``model`` with the smallest load (queue depth + running,
+    keyed by queue); ties go to the smallest worker id. ``exclude`` names workers to avoid
+    unless nothing else fits."""
+    excluded = set(exclude)
+    fitting = [w for w in workers if w.alive and serves(w, model)]
+    preferred = [w for w in fitting if w.worker_id not in excluded] or fitting
+    if not preferred:
+        return None
+    return min(preferred, key=lambda w: (load.get(w.queue, 0), w.worker_id))
+
+
+def describe_no_worker(model: str | None) -> str:
+    if model is None:
+        return ("no inference worker is alive: the task waits and is dispatched when one "
+                "registers")
+    return (f"no alive inference worker serves model {model!r}: the task waits and is "
+            "dispatched when one registers")

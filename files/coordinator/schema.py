@@ -1,0 +1,149 @@
+"""The PostgreSQL schema (docs/design.md), created or upgraded at start.
+
+Migrations run in one transaction holding ``pg_advisory_xact_lock``: when two Coordinators
+start at once, the second waits for the first, then finds every version applied. The lock is
+taken before anything is created, because even ``CREATE TABLE IF NOT EXISTS`` races with
+itself.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+log = logging.getLogger("coordinator.schema")
+
+#: ``pg_advisory_xact_lock`` key of schema changes (any constant shared by every instance).
+SCHEMA_LOCK_KEY = 0x636F6F7264  # "coord"
+
+#: The channel the trigger notifies when a task reaches ``done`` or ``failed``.
+TASK_EVENTS_CHANNEL = "task_events"
+
+_V1 = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id            uuid PRIMARY KEY,
+    task_type     text NOT NULL,
+    prompt        text NOT NULL,
+    model         text,
+    status        text NOT NULL DEFAULT 'queued'
+                  CONSTRAINT tasks_status_check
+                  CHECK (status IN ('queued', 'running', 'done', 'failed')),
+    queue         text,
+    worker        text NOT NULL DEFAULT 'default',
+    worker_id     text,
+    worker_host   text,
+    claim         uuid,
+    result        text,
+    fallback      boolean NOT NULL DEFAULT false,
+    error         text,
+    attempts      integer NOT NULL DEFAULT 0,
+    max_attempts  integer NOT NULL DEFAULT 3,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    dispatched_at timestamptz,
+    requested_worker text
+);
+COMMENT ON COLUMN tasks.requested_worker IS
+    'worker named in POST /route: the task goes to that worker only';
+
+-- Only unfinished tasks are indexed by status: the Reaper, /queues and routing load read them.
+CREATE INDEX IF NOT EXISTS tasks_active_idx ON tasks (status, queue)
+    WHERE status IN ('queued', 'running');
+
+CREATE TABLE IF NOT EXISTS workers (
+    worker_id         text PRIMARY KEY,
+    host              text NOT NULL,
+    kind              text NOT NULL CHECK (kind IN ('web', 'inference', 'rag')),
+    device            text,
+    queues            text[] NOT NULL DEFAULT '{}',
+    models            text[] NOT NULL DEFAULT '{}',
+    version           text,
+    pid               integer,
+    instance_id       uuid,
+    registered_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_heartbeat    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    in_flight         integer NOT NULL DEFAULT 0,
+    db_write_failures integer NOT NULL DEFAULT 0,
+    last_error        text,
+    duplicate         boolean NOT NULL DEFAULT false,
+    dead              boolean NOT NULL DEFAULT false
+);
+
+CREATE TABLE IF NOT EXISTS worker_instances (
+    instance_id    uuid PRIMARY KEY,
+    worker_id      text NOT NULL,
+    host           text NOT NULL,
+    pid            integer,
+    started_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_heartbeat timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS worker_instances_worker_idx ON worker_instances (worker_id);
+
+CREATE OR REPLACE FUNCTION coordinator_task_event() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('task_events', json_build_object(
+        'id', NEW.id,
+        'status', NEW.status,
+        'task_type', NEW.task_type,
+        'dispatch_seconds', extract(epoch FROM NEW.started_at - NEW.created_at),
+        'total_seconds', extract(epoch FROM NEW.finished_at - NEW.created_at)
+    )::text);
+    RETURN NEW;
+END
+$$;
+
+DROP TRIGGER IF EXISTS tasks_finished_notify ON tasks;
+CREATE TRIGGER tasks_finished_notify
+    AFTER UPDATE OF status ON tasks
+    FOR EACH ROW
+    WHEN (NEW.status IN ('done', 'failed') AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION coordinator_task_event();
+"""
+
+#: (version, description, SQL). Append new versions; never edit an applied one.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "tasks, workers, worker_instances, task_events trigger", _V1),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def pending(applied: set[int]) -> list[tuple[int, str, str]]:
+    """The migrations not yet in ``applied``, in order."""
+    return [m for m in MIGRATIONS if m[0] not in applied]
+
+
+async def ensure_schema(conn: psycopg.AsyncConnection) -> list[int]:
+    """Create or upgrade the schema; return the versions applied now (empty if up to date).
+
+    ``conn`` must not be inside a transaction. Safe when several processes call it at once.
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS coordinator_schema ("
+            " version integer PRIMARY KEY,"
+            " description text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+        cur = await conn.execute("SELECT version FROM coordinator_schema")
+        applied = {row[0] for row in await cur.fetchall()}
+        newer = sorted(v for v in applied if v > LATEST_VERSION)
+        if newer:
+            log.warning(
+                "database schema has version %s, newer than this coordinator knows (%s): "
+                "continuing, but upgrade this coordinator", newer[-1], LATEST_VERSION,
+            )
+        done = []
+        for version, description, sql in pending(applied):
+            await conn.execute(sql)
+            await conn.execute(
+                "INSERT INTO coordinator_schema (version, description) VALUES (%s, %s)",
+                (version, description),
+            )
+            log.info("applied schema version %s: %s", version, description)
+            done.append(version)
+        return done

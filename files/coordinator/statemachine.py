@@ -1,0 +1,128 @@
+"""The task state machine as SQL: ``queued → running → done | failed``.
+
+Every transition is an UPDATE guarded by the state it expects (status, claim token, queue),
+so a second copy of a task id, a late result from a worker whose claim was taken back, or two
+Reapers acting at once find the guard false and change nothing. Builders return
+``(sql, params)`` and do no I/O, so they can be tested on their own.
+
+The worker-side transitions (claim, result) are reproduced here from docs/design.md for tests
+and for reference; the worker programs carry their own copy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+STATUSES = (QUEUED, RUNNING, DONE, FAILED)
+FINAL = frozenset((DONE, FAILED))
+
+Query = tuple[str, dict[str, Any]]
+
+# POST /route: rows are committed (one statement, its own transaction) before their ids are
+# pushed. One statement text for any number of rows, so it is prepared once.
+INSERT = (
+    "INSERT INTO tasks (id, task_type, prompt, model, queue, worker, max_attempts,"
+    " requested_worker, dispatched_at)"
+    " SELECT t.id, t.task_type, t.prompt, t.model, t.queue, t.worker, t.max_attempts,"
+    " t.requested_worker, CASE WHEN t.queue IS NULL THEN NULL ELSE clock_timestamp() END"
+    " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+    " %s::int4[], %s::text[])"
+    " AS t(id, task_type, prompt, model, queue, worker, max_attempts, requested_worker)"
+)
+
+#: (id, task_type, prompt, model, queue, worker, max_attempts, requested_worker)
+NewTask = tuple[uuid.UUID, str, str, str | None, str | None, str, int, str | None]
+
+
+def insert_tasks(rows: Sequence[NewTask]) -> tuple[str, list[list[Any]]]:
+    """New ``queued`` tasks; a row whose queue is None waits for an inference worker
+    (``dispatched_at`` stays null)."""
+    if not rows:
+        raise ValueError("insert_tasks needs at least one row")
+    return INSERT, [list(column) for column in zip(*rows, strict=True)]
+
+
+CLAIM = (
+    "UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,"
+    " worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1"
+    " WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)"
+    " RETURNING task_type, prompt, model, attempts"
+)
+
+
+def claim_task(
+    task_id: uuid.UUID | str, claim: uuid.UUID, worker_id: str, host: str,
+    queues: Sequence[str],
+) -> Query:
+    """Worker side: ``queued → running``, only for a task on one of the worker's queues."""
+    return CLAIM, {"id": task_id, "claim": claim, "worker_id": worker_id, "host": host,
+                   "queues": list(queues)}
+
+
+RESULT = (
+    "UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,"
+    " error = %(error)s, worker = COALESCE(%(worker)s, worker),"
+    " finished_at = clock_timestamp()"
+    " WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s RETURNING id"
+)
+
+
+def write_result(
+    task_id: uuid.UUID | str, claim: uuid.UUID, status: str, result: str | None = None,
+    error: str | None = None, fallback: bool = False, worker: str | None = None,
+) -> Query:
+    """Worker side: ``running → done | failed``, only by the holder of the claim."""
+    if status not in FINAL:
+        raise ValueError(f"a result sets status done or failed, not {status!r}")
+    return RESULT, {"id": task_id, "claim": claim, "status": status, "result": result,
+                    "error": error, "fallback": fallback, "worker": worker}
+
+
+REQUEUE = (
+    "UPDATE tasks SET status = 'queued', queue = %(queue)s, worker = %(worker)s,"
+    " claim = NULL, worker_id = NULL, worker_host = NULL, started_at = NULL,"
+    " dispatched_at = CASE WHEN %(queue)s::text IS NULL THEN NULL"
+    " ELSE clock_timestamp() END"
+    " WHERE id = %(id)s AND status = %(status)s AND claim IS NOT DISTINCT FROM %(claim)s"
+    " AND queue IS NOT DISTINCT FROM %(old_queue)s RETURNING id"
+)
+
+
+def requeue_task(
+    task_id: uuid.UUID, expected_status: str, expected_claim: uuid.UUID | None,
+    old_queue: str | None, queue: str | None, worker: str,
+) -> Query:
+    """Coordinator side: put a ``running`` or ``queued`` task (back) to ``queued`` on
+    ``queue`` (None: wait for a worker). ``attempts`` is not touched: it counts claims."""
+    return REQUEUE, {"id": task_id, "status": expected_status, "claim": expected_claim,
+                     "old_queue": old_queue, "queue": queue, "worker": worker}
+
+
+FAIL = (
+    "UPDATE tasks SET status = 'failed', error = %(error)s, claim = NULL,"
+    " finished_at = clock_timestamp()"
+    " WHERE id = %(id)s AND status = %(status)s AND claim IS NOT DISTINCT FROM %(claim)s"
+    " RETURNING id"
+)
+
+
+def fail_task(
+    task_id: uuid.UUID, expected_status: str, expected_claim: uuid.UUID | None, error: str,
+) -> Query:
+    """Coordinator side: ``queued | running → failed`` with a reason a user can act on."""
+    return FAIL, {"id": task_id, "status": expected_status, "claim": expected_claim,
+                  "error": error}
+
+
+REPUSH = (
+    "UPDATE tasks SET dispatched_at = clock_timestamp()"
+    " WHERE id = ANY(%(ids)s) AND status = 'queued' AND queue = %(queue)s RETURNING id"
+)
+
+
+def mark_repushed(ids: Sequence[uuid.UUID], queue: str) -> Query:
+    """Coordinator side: note a new push of still-queued tasks to ``queue``."""
+    return REPUSH, {"ids": list(ids), "queue": queue}
