@@ -1,0 +1,97 @@
+"""Fixtures of the Coordinator tests: a database of their own on the session's throwaway
+PostgreSQL, a Redis server of their own, and in-process coordinators."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from coordkit import Backends, FakeWorker, ServerThread
+
+from coordinator.schema import ensure_schema
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+
+DB = "coordinator_tests"
+
+
+def create_database(pg: ThrowawayPostgres, name: str) -> str:
+    """A fresh database owned by the coordinator role; returns its DSN."""
+    pg.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres")
+    pg.psql(f"CREATE DATABASE {name} OWNER coordinator", db="postgres")
+    return pg.dsn.replace("dbname=coordinator ", f"dbname={name} ")
+
+
+@pytest.fixture(scope="session")
+def coord_redis() -> Iterator[ThrowawayRedis]:
+    server = ThrowawayRedis().start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def backends_session(pg: ThrowawayPostgres, coord_redis: ThrowawayRedis) -> Backends:
+    dsn = create_database(pg, DB)
+
+    async def schema() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await ensure_schema(conn)
+
+    asyncio.run(schema())
+    admin = pg.admin_dsn.replace("dbname=coordinator ", f"dbname={DB} ")
+    return Backends(dsn, admin, coord_redis.port, coord_redis.password)
+
+
+@pytest.fixture
+def backends(backends_session: Backends, coord_redis: ThrowawayRedis) -> Backends:
+    """The shared backends, emptied for this test."""
+    if coord_redis.proc is None:  # a test stopped it
+        coord_redis.start()
+    backends_session.sql("TRUNCATE tasks, workers, worker_instances")
+    with backends_session.redis() as r:
+        r.flushall()
+    return backends_session
+
+
+@pytest.fixture
+def start_server(backends: Backends) -> Iterator[Callable[..., ServerThread]]:
+    """start_server(COORDINATOR_X="...") → a running in-process coordinator."""
+    servers: list[ServerThread] = []
+
+    def start(_backends: Backends | None = None, **env: str) -> ServerThread:
+        cfg = (_backends or backends).config(free_port(), **env)
+        server = ServerThread(cfg).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in reversed(servers):
+        server.stop()
+
+
+@pytest.fixture
+def server(start_server: Callable[..., ServerThread]) -> ServerThread:
+    return start_server()
+
+
+@pytest.fixture
+def client(server: ServerThread) -> Iterator:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture
+def make_worker(backends: Backends) -> Iterator[Callable[..., FakeWorker]]:
+    workers: list[FakeWorker] = []
+
+    def make(server: ServerThread, worker_id: str, **kwargs: object) -> FakeWorker:
+        worker = FakeWorker(backends, server.url, worker_id, **kwargs)
+        workers.append(worker)
+        return worker
+
+    yield make
+    for worker in workers:
+        worker.close()

@@ -1,0 +1,248 @@
+"""Test helpers for the Coordinator: an in-process server, and the worker side in plain
+SQL and Redis (the real worker programs live elsewhere; these follow docs/design.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import redis
+import uvicorn
+
+from coordinator.app import create_app
+from coordinator.config import Config, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ROOT / "files"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
+             what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class ServerThread:
+    """The coordinator app under uvicorn in a background thread, on a free port."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.app = create_app(cfg)
+        self.coordinator = self.app.coordinator
+        self.url = f"http://127.0.0.1:{cfg.port}"
+        self.server = uvicorn.Server(uvicorn.Config(
+            self.app, host="127.0.0.1", port=cfg.port, loop="uvloop", http="httptools",
+            log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5,
+            proxy_headers=False,
+        ))
+        self.thread = threading.Thread(target=self.server.run, daemon=True,
+                                       name=f"coordinator-{cfg.port}")
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        wait_for(lambda: self.server.started or not self.thread.is_alive(), 30,
+                 what="the coordinator to start")
+        if not self.server.started:
+            raise RuntimeError("the coordinator did not start (see the log)")
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        """Run a coroutine on the server's event loop (e.g. one Reaper pass)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.coordinator.loop).result(timeout)
+
+    def reap(self) -> Any:
+        return self.run(self.coordinator.reaper.run_once())
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+class Backends:
+    """The PostgreSQL database and Redis server the coordinator tests use."""
+
+    def __init__(self, dsn: str, admin_dsn: str, redis_port: int, redis_password: str) -> None:
+        self.dsn = dsn
+        self.admin_dsn = admin_dsn
+        self.redis_port = redis_port
+        self.redis_password = redis_password
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = {
+            "PG_DSN": self.dsn, "REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(self.redis_port),
+            "REDIS_PASSWORD": self.redis_password, "COORDINATOR_PG_POOL_SIZE": "4",
+        }
+        env.update(overrides)
+        return env
+
+    def config(self, port: int, **overrides: str) -> Config:
+        return load_config(self.env(COORDINATOR_PORT=str(port), **overrides))
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.redis_port,
+                           password=self.redis_password, decode_responses=True)
+
+    @contextlib.contextmanager
+    def db(self) -> Iterator[psycopg.Connection]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            yield conn
+
+    def sql(self, query: str, params: Any = None) -> list[tuple]:
+        with self.db() as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        with self.db() as conn:
+            cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+            cur.execute("SELECT * FROM tasks WHERE id = %s", (task_id,))
+            row = cur.fetchone()
+            assert row is not None, f"no task {task_id}"
+            return row
+
+
+class FakeWorker:
+    """The worker side of the contract, by hand: register, heartbeat, BLMOVE, guarded claim,
+    guarded result (docs/design.md)."""
+
+    def __init__(self, backends: Backends, url: str, worker_id: str, kind: str = "inference",
+                 device: str = "cpu", models: tuple[str, ...] = (), host: str | None = None,
+                 token: str | None = None, pid: int | None = None) -> None:
+        self.backends = backends
+        self.http = httpx.Client(base_url=url, timeout=30, headers=(
+            {"Authorization": f"Bearer {token}"} if token else {}))
+        self.worker_id = worker_id
+        self.kind = kind
+        self.device = device
+        self.models = list(models)
+        self.host = host or f"host-{worker_id}"
+        self.pid = pid if pid is not None else os.getpid()
+        self.instance_id = str(uuid.uuid4())
+        self.redis = backends.redis()
+        self._conn: psycopg.Connection | None = None
+        self._beating: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.heartbeat_answers: list[dict] = []
+
+    @property
+    def queue(self) -> str:
+        if self.kind == "web":
+            return "tasks:web"
+        if self.kind == "rag":
+            return "tasks:rag"
+        return f"tasks:{self.device}:{self.worker_id}"
+
+    @property
+    def processing(self) -> str:
+        return f"processing:{self.worker_id}"
+
+    def register(self) -> dict:
+        body = {"worker_id": self.worker_id, "host": self.host, "kind": self.kind,
+                "queues": [self.queue], "version": "test", "pid": self.pid,
+                "instance_id": self.instance_id}
+        if self.kind == "inference":
+            body |= {"device": self.device, "models": self.models}
+        resp = self.http.post("/workers/register", json=body)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def heartbeat(self) -> httpx.Response:
+        return self.http.post(f"/workers/{self.worker_id}/heartbeat", json={
+            "instance_id": self.instance_id, "pid": self.pid, "in_flight": 0,
+            "db_write_failures": 0, "last_error": None})
+
+    def start(self, interval: float = 0.1) -> FakeWorker:
+        """Register and heartbeat every ``interval`` seconds in a thread until ``stop``."""
+        self.register()
+        stop = self._beating = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                try:
+                    resp = self.heartbeat()
+                    if resp.status_code == 200:
+                        self.heartbeat_answers.append(resp.json())
+                except httpx.HTTPError:
+                    pass
+
+        self._thread = threading.Thread(target=beat, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop heartbeating: the process "dies" as far as the Coordinator can tell."""
+        if self._beating is not None:
+            self._beating.set()
+            self._thread.join(5)
+            self._beating = None
+
+    def take(self, timeout: float = 5) -> str | None:
+        return self.redis.blmove(self.queue, self.processing, timeout, "RIGHT", "LEFT")
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.backends.dsn, autocommit=True)
+        return self._conn
+
+    def claim(self, task_id: str) -> str | None:
+        claim = uuid.uuid4()
+        cur = self.conn.execute(
+                "UPDATE tasks SET status='running', claim=%s, worker_id=%s, worker_host=%s,"
+                " started_at=clock_timestamp(), attempts=attempts+1"
+            " WHERE id=%s AND status='queued' AND queue = ANY(%s) RETURNING id",
+            (claim, self.worker_id, self.host, task_id, [self.queue]))
+        return str(claim) if cur.fetchone() else None
+
+    def finish(self, task_id: str, claim: str | None, result: str = "an answer",
+               status: str = "done", error: str | None = None, fallback: bool = False,
+               worker: str | None = None) -> bool:
+        cur = self.conn.execute(
+            "UPDATE tasks SET status=%s, result=%s, fallback=%s, error=%s,"
+            " worker=COALESCE(%s, worker), finished_at=clock_timestamp()"
+            " WHERE id=%s AND status='running' AND claim=%s RETURNING id",
+            (status, result, fallback, error, worker, task_id, claim))
+        done = cur.fetchone() is not None
+        if done:
+            self.redis.lrem(self.processing, 1, task_id)
+        return done
+
+    def close(self) -> None:
+        self.stop()
+        if self._conn is not None:
+            self._conn.close()
+        self.http.close()
+        self.redis.close()
+
+
+def coordinator_process(env: dict[str, str], **kwargs: Any) -> Any:
+    """``python -m coordinator`` from files/, as a deployment starts it."""
+    import subprocess
+
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PG_", "REDIS_", "COORDINATOR_"))}
+    full.update(env)
+    return subprocess.Popen([sys.executable, "-m", "coordinator"], cwd=FILES, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)

@@ -1,0 +1,238 @@
+"""The Coordinator as deployments run it (``python -m coordinator`` from files/), start-up
+errors, concurrent schema creation, and backends going away."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import psycopg
+import pytest
+from conftest import create_database
+from coordkit import Backends, ServerThread, coordinator_process, wait_for
+
+from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"coordinator exited {proc.returncode}: "
+                                 f"{proc.stderr.read()[-2000:]}")
+        try:
+            return httpx.get(url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout, 0.1, "the coordinator process to answer /health")
+
+
+def stop(proc: subprocess.Popen) -> tuple[int, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode, proc.stderr.read()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen]]:
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        stop(proc)
+
+
+def test_python_m_coordinator_serves(backends: Backends, processes: list) -> None:
+    port = free_port()
+    token = "process-token"
+    proc = coordinator_process(backends.env(COORDINATOR_PORT=str(port),
+                                            COORDINATOR_TOKEN=token))
+    processes.append(proc)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, proc)
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+        resp = client.post("/route", json={"prompt": "hello", "task_type": "web_search"})
+        assert resp.status_code == 201
+        task_id = resp.json()["task_id"]
+        assert client.get(f"/task/{task_id}").json()["status"] == "queued"
+        assert httpx.post(url + "/route", json={}).status_code == 401
+    assert backends.redis().lrange("tasks:web", 0, -1) == [task_id]
+    code, stderr = stop(proc)
+    # uvicorn re-raises the signal after a clean shutdown, as systemd expects
+    assert code in (0, -signal.SIGTERM), stderr
+    assert "Application shutdown complete" in stderr
+    assert "Traceback" not in stderr
+
+
+def run_failing(env: dict[str, str]) -> tuple[int, str]:
+    proc = coordinator_process(env)
+    try:
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, proc.stderr.read().strip()
+
+
+@pytest.mark.parametrize(("drop", "change", "name"), [
+    ("PG_DSN", {}, "PG_DSN"),
+    ("REDIS_HOST", {}, "REDIS_HOST"),
+    (None, {"COORDINATOR_PORT": "eighty"}, "COORDINATOR_PORT"),
+    (None, {"COORDINATOR_HEARTBEAT_TTL": "0"}, "COORDINATOR_HEARTBEAT_TTL"),
+    (None, {"PG_DSN": "host=127.0.0.1 port=notaport = x"}, "PG_DSN"),
+])
+def test_bad_configuration_stops_with_one_line(backends: Backends, drop: str | None,
+                                               change: dict, name: str) -> None:
+    env = backends.env(COORDINATOR_PORT=str(free_port())) | change
+    if drop:
+        env.pop(drop)
+    code, stderr = run_failing(env)
+    assert code == 2
+    assert len(stderr.splitlines()) == 1, stderr
+    assert name in stderr
+
+
+def test_refused_postgres_login_is_explained(pg: ThrowawayPostgres, backends: Backends) -> None:
+    env = backends.env(COORDINATOR_PORT=str(free_port()))
+    env["PG_DSN"] = env["PG_DSN"].replace(pg.password, "not-the-password")
+    code, stderr = run_failing(env)
+    assert code == 1
+    assert len(stderr.splitlines()) == 1, stderr
+    assert f"PostgreSQL at 127.0.0.1:{pg.port} refused the login of user 'coordinator'" in stderr
+    assert "password" in stderr and "Check" in stderr
+    assert "not-the-password" not in stderr
+
+
+def test_unreachable_postgres_and_wrong_redis_password(backends: Backends) -> None:
+    port = free_port()
+    env = backends.env(COORDINATOR_PORT=str(free_port()),
+                       PG_DSN=f"host=127.0.0.1 port={port} dbname=x user=y connect_timeout=2")
+    code, stderr = run_failing(env)
+    assert code == 1 and f"127.0.0.1:{port}" in stderr and "running" in stderr
+    code, stderr = run_failing(backends.env(COORDINATOR_PORT=str(free_port()),
+                                            REDIS_PASSWORD="wrong"))
+    assert code == 1 and "REDIS_PASSWORD" in stderr and len(stderr.splitlines()) == 1
+
+
+def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None:
+    dsn = create_database(pg, "coordinator_schema_race")
+
+    async def race() -> list[list[int]]:
+        conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(4)]
+        try:
+            return list(await asyncio.gather(*(ensure_schema(c) for c in conns)))
+        finally:
+            for c in conns:
+                await c.close()
+
+    applied = asyncio.run(race())
+    assert sorted(applied) == [[], [], [], [m[0] for m in MIGRATIONS]]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT max(version), count(*) FROM coordinator_schema").fetchone() \
+            == (LATEST_VERSION, len(MIGRATIONS))
+
+
+def test_two_processes_start_on_an_empty_database(pg: ThrowawayPostgres, backends: Backends,
+                                                  processes: list) -> None:
+    dsn = create_database(pg, "coordinator_two_starts")
+    ports = [free_port(), free_port()]
+    for port in ports:
+        processes.append(coordinator_process(backends.env(COORDINATOR_PORT=str(port),
+                                                          PG_DSN=dsn)))
+    for port, proc in zip(ports, processes, strict=True):
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+    for port in ports:
+        resp = httpx.post(f"http://127.0.0.1:{port}/route",
+                          json={"prompt": "p", "task_type": "rag"})
+        assert resp.status_code == 201
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM coordinator_schema").fetchone()[0] == \
+            len(MIGRATIONS)
+        assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2
+
+
+def test_redis_down(backends: Backends, start_server) -> None:
+    redis = ThrowawayRedis().start()
+    try:
+        own = Backends(backends.dsn, backends.admin_dsn, redis.port, redis.password)
+        server: ServerThread = start_server(own, COORDINATOR_HEARTBEAT_TTL="1",
+                                            COORDINATOR_REPUSH_GRACE="0.5")
+        with server.client() as client:
+            assert client.get("/health").status_code == 200
+            redis.stop()
+            resp = client.get("/health")
+            assert resp.status_code == 503
+            body = resp.json()
+            assert body["redis"] == "failed" and body["postgresql"] == "ok"
+            assert f"Redis at 127.0.0.1:{redis.port}" in body["error"]
+            # the task is still accepted: PostgreSQL is the record
+            resp = client.post("/route", json={"prompt": "p", "task_type": "web_search"})
+            assert resp.status_code == 201 and "Redis" in resp.json()["warning"]
+            task_id = resp.json()["task_id"]
+            resp = client.get("/queues")
+            assert resp.status_code == 503 and "Redis at" in resp.json()["error"]
+            assert client.get("/metrics").status_code == 200
+            redis.start()  # empty: the Reaper pushes the id again
+            wait_for(lambda: client.get("/health").status_code == 200, 10)
+            with own.redis() as r:
+                wait_for(lambda: r.lrange("tasks:web", 0, -1) == [task_id], 10,
+                         what="the id to be pushed again")
+    finally:
+        redis.destroy()
+
+
+def test_postgres_down(backends: Backends, start_server) -> None:
+    pg = ThrowawayPostgres().start()
+    try:
+        own = Backends(pg.dsn, pg.admin_dsn, backends.redis_port, backends.redis_password)
+        server: ServerThread = start_server(own)
+        with server.client() as client:
+            assert client.post("/route", json={"prompt": "p", "task_type": "rag"}
+                               ).status_code == 201
+            pg.stop()
+            resp = client.get("/health")
+            assert resp.status_code == 503
+            assert resp.json()["postgresql"] == "failed"
+            assert f"PostgreSQL at 127.0.0.1:{pg.port}" in resp.json()["error"]
+            for method, path, body in [("POST", "/route", {"prompt": "p", "task_type": "rag"}),
+                                       ("GET", "/workers", None), ("GET", "/queues", None)]:
+                resp = client.request(method, path, json=body)
+                assert resp.status_code == 503, (path, resp.text)
+                assert "PostgreSQL at" in resp.json()["error"]
+            assert client.get("/metrics").status_code == 200
+            pg.start()
+            wait_for(lambda: client.get("/health").status_code == 200, 20)
+            resp = wait_for(lambda: (r := client.post("/route", json={
+                "prompt": "p", "task_type": "rag"})).status_code == 201 and r, 20)
+            task_id = resp.json()["task_id"]
+            assert client.get(f"/task/{task_id}").json()["status"] == "queued"
+            # long-polls work again: the listener reconnected
+            start = time.monotonic()
+            assert client.get(f"/task/{task_id}", params={"wait": 1}).status_code == 200
+            assert time.monotonic() - start < 5
+    finally:
+        pg.destroy()
+
+
+def test_route_bench_runs_against_a_coordinator(server: ServerThread, backends: Backends
+                                                ) -> None:
+    from coordkit import ROOT
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "route_bench.py"), "--url", server.url,
+         "--tasks", "200", "--concurrency", "8", "--warmup", "20"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "requests/s" in out.stdout and "p99" in out.stdout
+    assert backends.sql("SELECT count(*) FROM tasks")[0][0] == 220

@@ -1,0 +1,350 @@
+"""Pure parts of the Coordinator: configuration, validation, routing choice, state-machine
+SQL, Reaper decisions. No servers needed."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from coordinator import __version__
+from coordinator import statemachine as sm
+from coordinator.app import validation_message
+from coordinator.config import ConfigError, load_config
+from coordinator.reaper import (
+    Fail,
+    InstanceView,
+    Requeue,
+    TaskView,
+    WorkerView,
+    find_duplicates,
+    find_orphans,
+    plan_inference,
+    plan_shared,
+)
+from coordinator.registry import KnownWorker, Registry
+from coordinator.routing import (
+    INFERENCE_TYPES,
+    ROUTES,
+    Candidate,
+    RequestError,
+    choose_worker,
+    inference_queue_of,
+    parse_route_request,
+)
+from coordinator.schema import MIGRATIONS, pending
+
+BASE = {"PG_DSN": "host=db port=5432 dbname=c user=c password=secret", "REDIS_HOST": "r"}
+
+
+def test_version() -> None:
+    assert __version__.count(".") == 2
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def test_config_defaults() -> None:
+    cfg = load_config(BASE)
+    assert (cfg.redis_port, cfg.bind, cfg.port, cfg.token) == (6379, "127.0.0.1", 8000, None)
+    assert (cfg.heartbeat_ttl, cfg.web_task_deadline, cfg.max_attempts) == (15, 60, 3)
+    assert (cfg.task_timeout, cfg.max_prompt_bytes) == (900, 1024 * 1024)
+    assert cfg.heartbeat_interval == 5
+    assert cfg.pg_address == "db:5432"
+    assert "secret" not in cfg.pg_address
+
+
+def test_config_values() -> None:
+    cfg = load_config(BASE | {
+        "REDIS_PORT": "6380", "REDIS_PASSWORD": "pw", "COORDINATOR_BIND": "0.0.0.0",
+        "COORDINATOR_PORT": "9000", "COORDINATOR_TOKEN": "t0k", "COORDINATOR_HEARTBEAT_TTL": "1.5",
+        "COORDINATOR_WEB_TASK_DEADLINE": "0", "COORDINATOR_MAX_ATTEMPTS": "5",
+        "COORDINATOR_TASK_TIMEOUT": "30", "COORDINATOR_MAX_PROMPT_BYTES": "100",
+        "COORDINATOR_LOG_LEVEL": "debug",
+    })
+    assert cfg.log_level == "DEBUG"
+    assert (cfg.redis_port, cfg.redis_password, cfg.bind, cfg.port) == (6380, "pw", "0.0.0.0",
+                                                                        9000)
+    assert (cfg.token, cfg.heartbeat_ttl, cfg.web_task_deadline) == ("t0k", 1.5, 0)
+    assert (cfg.max_attempts, cfg.task_timeout, cfg.max_prompt_bytes) == (5, 30, 100)
+
+
+@pytest.mark.parametrize(("env", "name"), [
+    ({"REDIS_HOST": "r"}, "PG_DSN"),
+    ({"PG_DSN": "host=x"}, "REDIS_HOST"),
+    (BASE | {"PG_DSN": "host=x port"}, "PG_DSN"),
+    (BASE | {"REDIS_PORT": "abc"}, "REDIS_PORT"),
+    (BASE | {"REDIS_PORT": "70000"}, "REDIS_PORT"),
+    (BASE | {"COORDINATOR_PORT": "0"}, "COORDINATOR_PORT"),
+    (BASE | {"COORDINATOR_HEARTBEAT_TTL": "soon"}, "COORDINATOR_HEARTBEAT_TTL"),
+    (BASE | {"COORDINATOR_HEARTBEAT_TTL": "-1"}, "COORDINATOR_HEARTBEAT_TTL"),
+    (BASE | {"COORDINATOR_MAX_ATTEMPTS": "0"}, "COORDINATOR_MAX_ATTEMPTS"),
+    (BASE | {"COORDINATOR_MAX_ATTEMPTS": "2.5"}, "COORDINATOR_MAX_ATTEMPTS"),
+    (BASE | {"COORDINATOR_TASK_TIMEOUT": "nan"}, "COORDINATOR_TASK_TIMEOUT"),
+    (BASE | {"COORDINATOR_MAX_PROMPT_BYTES": "1MB"}, "COORDINATOR_MAX_PROMPT_BYTES"),
+    (BASE | {"COORDINATOR_WEB_TASK_DEADLINE": "x"}, "COORDINATOR_WEB_TASK_DEADLINE"),
+    (BASE | {"COORDINATOR_TOKEN": "a b"}, "COORDINATOR_TOKEN"),
+    (BASE | {"COORDINATOR_LOG_LEVEL": "chatty"}, "COORDINATOR_LOG_LEVEL"),
+    (BASE | {"COORDINATOR_PG_POOL_SIZE": "1"}, "COORDINATOR_PG_POOL_SIZE"),
+    (BASE | {"COORDINATOR_REPUSH_GRACE": "-2"}, "COORDINATOR_REPUSH_GRACE"),
+])
+def test_config_errors_name_the_variable(env: dict, name: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(env)
+    message = str(err.value)
+    assert message.startswith(name), message
+    assert "\n" not in message
+    assert "secret" not in message
+
+
+# -- request validation --------------------------------------------------------------------
+
+
+def body(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_parse_valid_request() -> None:
+    req = parse_route_request(body(prompt="hi ü", task_type="chat", model="m", worker="w"), 100)
+    assert (req.prompt, req.task_type, req.model, req.worker) == ("hi ü", "chat", "m", "w")
+    req = parse_route_request(body(prompt="x", task_type="web_search", model=None), 100)
+    assert req.model is None and req.worker is None
+
+
+@pytest.mark.parametrize(("raw", "status", "words"), [
+    (b"", 400, "empty"),
+    (b"not json", 400, "not valid JSON"),
+    (b"\xff\xfe", 400, "not valid JSON"),
+    (b"[1, 2]", 422, "JSON object"),
+    (body(task_type="web_search"), 422, "'prompt' is missing"),
+    (body(prompt="", task_type="web_search"), 422, "'prompt' is empty"),
+    (body(prompt="  \n", task_type="web_search"), 422, "'prompt' is empty"),
+    (body(prompt=5, task_type="web_search"), 422, "'prompt' must be a string"),
+    (body(prompt=["a"], task_type="web_search"), 422, "'prompt' must be a string"),
+    (body(prompt="a"), 422, "'task_type' is missing"),
+    (body(prompt="a", task_type="dance"), 422, "unknown task_type 'dance'"),
+    (body(prompt="a", task_type=1), 422, "'task_type' must be a string"),
+    (body(prompt="a", task_type="chat", extra=1), 422, "unknown field(s) 'extra'"),
+    (body(prompt="a", task_type="chat", model=3), 422, "'model' must be a string"),
+    (body(prompt="a", task_type="chat", model=""), 422, "'model' is empty"),
+    (body(prompt="a", task_type="chat", worker=True), 422, "'worker' must be a string"),
+    (body(prompt="a", task_type="web_search", worker="w"), 422, "'worker' can only"),
+    (body(prompt="a\u0000b", task_type="chat"), 422, "NUL"),
+    (b'{"prompt": "\\ud800", "task_type": "chat"}', 422, "surrogate"),
+    (body(prompt="x" * 101, task_type="chat"), 413, "101 bytes"),
+    (body(prompt="é" * 51, task_type="chat"), 413, "102 bytes"),
+])
+def test_parse_rejects_with_a_message(raw: bytes, status: int, words: str) -> None:
+    with pytest.raises(RequestError) as err:
+        parse_route_request(raw, 100)
+    assert err.value.status == status
+    assert words in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_unknown_task_type_lists_the_valid_ones() -> None:
+    with pytest.raises(RequestError) as err:
+        parse_route_request(body(prompt="a", task_type="dance"), 100)
+    for task_type in ROUTES:
+        assert task_type in err.value.message
+
+
+def test_validation_message_is_one_line() -> None:
+    msg = validation_message([{"loc": ("body", "pid"), "msg": "Input should be a valid integer",
+                               "type": "int_type"}])
+    assert msg == "'pid': Input should be a valid integer"
+    assert "missing" in validation_message([{"loc": ("body", "host"), "msg": "Field required",
+                                             "type": "missing"}])
+    assert "not valid JSON" in validation_message([{"loc": ("body", 3), "msg": "bad",
+                                                    "type": "json_invalid", "ctx": {}}])
+    assert "unknown field 'x'" in validation_message([{"loc": ("body", "x"), "msg": "extra",
+                                                       "type": "extra_forbidden"}])
+
+
+# -- routing choice ------------------------------------------------------------------------
+
+
+def test_routing_table() -> None:
+    assert ROUTES["web_search"].queue == "tasks:web"
+    assert ROUTES["rag"].queue == "tasks:rag"
+    assert set(INFERENCE_TYPES) == {"generate", "chat", "summarize"}
+    assert all(ROUTES[t].queue is None for t in INFERENCE_TYPES)
+
+
+def test_inference_queue_of() -> None:
+    assert inference_queue_of("macbookair", "cpu", []) == "tasks:cpu:macbookair"
+    assert inference_queue_of("w", "gpu", ["tasks:web", "tasks:x:w"]) == "tasks:x:w"
+    assert inference_queue_of("w", None, []) is None
+
+
+def test_choose_worker_least_loaded_and_model() -> None:
+    a = Candidate("a", "tasks:cpu:a", ("llama",))
+    b = Candidate("b", "tasks:gpu:b", ("llama", "qwen"))
+    dead = Candidate("c", "tasks:cpu:c", ("qwen",), alive=False)
+    assert choose_worker([a, b], None, {}) == a  # tie: smallest id
+    assert choose_worker([a, b], None, {"tasks:cpu:a": 2, "tasks:gpu:b": 1}) == b
+    assert choose_worker([a, b, dead], "qwen", {}) == b
+    assert choose_worker([a, dead], "qwen", {}) is None
+    assert choose_worker([a, b], "llama", {}, exclude=["a"]) == b
+    assert choose_worker([a], "llama", {}, exclude=["a"]) == a  # nothing else fits
+    assert choose_worker([], None, {}) is None
+
+
+def test_registry_spreads_a_burst() -> None:
+    reg = Registry()
+    far = 1e18
+    reg.replace([KnownWorker("a", "h", "inference", "tasks:cpu:a", (), far),
+                 KnownWorker("b", "h", "inference", "tasks:cpu:b", (), far),
+                 KnownWorker("w", "h", "web", None, (), far),
+                 KnownWorker("d", "h", "inference", "tasks:cpu:d", (), 0.0)], {})
+    picks = [reg.pick(None).worker_id for _ in range(6)]
+    assert sorted(picks) == ["a", "a", "a", "b", "b", "b"]
+    assert reg.pick("none-serves-this") is None
+
+
+# -- state machine SQL ---------------------------------------------------------------------
+
+
+def test_state_machine_sql_is_guarded() -> None:
+    tid, claim = uuid.uuid4(), uuid.uuid4()
+    sql, params = sm.claim_task(tid, claim, "w", "h", ["tasks:web"])
+    assert "status = 'queued'" in sql and "queue = ANY" in sql and "attempts + 1" in sql
+    assert params["queues"] == ["tasks:web"]
+    sql, params = sm.write_result(tid, claim, "done", result="r", worker="web-worker")
+    assert "status = 'running' AND claim = %(claim)s" in sql
+    with pytest.raises(ValueError):
+        sm.write_result(tid, claim, "running")
+    sql, params = sm.requeue_task(tid, "running", claim, "tasks:cpu:a", "tasks:cpu:b", "b")
+    assert "claim IS NOT DISTINCT FROM" in sql and "attempts" not in sql.split("WHERE")[0]
+    sql, params = sm.fail_task(tid, "queued", None, "why")
+    assert params["error"] == "why" and "status = %(status)s" in sql
+    sql, params = sm.mark_repushed([tid], "tasks:web")
+    assert "status = 'queued'" in sql
+    sql, columns = sm.insert_tasks([(tid, "chat", "p", None, None, "default", 3, None)])
+    assert len(columns) == 8 and columns[0] == [tid]
+    with pytest.raises(ValueError):
+        sm.insert_tasks([])
+
+
+def test_migrations_are_ordered() -> None:
+    versions = [m[0] for m in MIGRATIONS]
+    assert versions == sorted(set(versions))
+    assert pending(set(versions)) == []
+    assert pending(set()) == MIGRATIONS
+
+
+# -- Reaper decisions ----------------------------------------------------------------------
+
+
+def worker(wid: str, alive: bool = True, kind: str = "inference", models: tuple = (),
+           silent: float = 0.5) -> WorkerView:
+    queue = f"tasks:cpu:{wid}" if kind == "inference" else None
+    return WorkerView(wid, f"host-{wid}", kind, alive, silent if alive else 30.0, 100, queue,
+                      models)
+
+
+def task(status: str = "running", wid: str | None = "a", **kw: object) -> TaskView:
+    fields = {"id": uuid.uuid4(), "task_type": "generate", "status": status,
+              "queue": f"tasks:cpu:{wid}" if wid else None, "worker": wid or "default",
+              "worker_id": wid if status == "running" else None,
+              "worker_host": f"host-{wid}" if status == "running" else None,
+              "claim": uuid.uuid4() if status == "running" else None, "attempts":
+              1 if status == "running" else 0, "max_attempts": 3, "running_for": 5.0}
+    fields.update(kw)
+    return TaskView(**fields)
+
+
+def by_id(*workers: WorkerView) -> dict[str, WorkerView]:
+    return {w.worker_id: w for w in workers}
+
+
+def test_dead_worker_task_goes_to_another_alive_worker() -> None:
+    t = task()
+    actions = plan_inference([t], by_id(worker("a", alive=False), worker("b")), {}, 15, 900)
+    assert actions == [Requeue(t, "tasks:cpu:b", "b", actions[0].reason, "worker_dead")]
+    assert "worker 'a' on host 'host-a'" in actions[0].reason
+    assert actions[0].old_worker == "a"
+
+
+def test_dead_worker_task_waits_when_no_worker_is_alive() -> None:
+    t = task(status="queued")
+    actions = plan_inference([t], by_id(worker("a", alive=False)), {}, 15, 900)
+    assert len(actions) == 1 and actions[0].queue is None and actions[0].worker == "default"
+
+
+def test_attempt_limit_fails_naming_worker_and_host() -> None:
+    t = task(attempts=3)
+    (action,) = plan_inference([t], by_id(worker("a", alive=False), worker("b")), {}, 15, 900)
+    assert isinstance(action, Fail)
+    assert "3 attempt" in action.error and "'a'" in action.error and "host-a" in action.error
+
+
+def test_stuck_task_on_alive_worker_is_redispatched() -> None:
+    t = task(running_for=1000.0)
+    (action,) = plan_inference([t], by_id(worker("a"), worker("b")), {}, 15, 900)
+    assert isinstance(action, Requeue) and action.worker == "b" and action.kind == "stuck"
+    assert plan_inference([task(running_for=10.0)], by_id(worker("a")), {}, 15, 900) == []
+
+
+def test_healthy_tasks_are_left_alone() -> None:
+    workers = by_id(worker("a"), worker("b"))
+    assert plan_inference([task(), task(status="queued")], workers, {}, 15, 900) == []
+
+
+def test_waiting_tasks_are_dispatched_least_loaded_and_by_model() -> None:
+    t1, t2, t3 = (task(status="queued", wid=None) for _ in range(3))
+    t4 = task(status="queued", wid=None, model="qwen")
+    workers = by_id(worker("a", models=("llama",)), worker("b", models=("qwen",)))
+    load = {"tasks:cpu:a": 0, "tasks:cpu:b": 1}
+    actions = plan_inference([t1, t2, t3, t4], workers, load, 15, 900)
+    assert [a.worker for a in actions] == ["a", "a", "b", "b"]
+    assert all(a.kind == "dispatch" for a in actions)
+
+
+def test_pinned_tasks_wait_for_their_worker() -> None:
+    t = task(status="queued", wid=None, worker="a", requested_worker="a")
+    assert plan_inference([t], by_id(worker("a", alive=False), worker("b")), {}, 15, 900) == []
+    (action,) = plan_inference([t], by_id(worker("a"), worker("b")), {}, 15, 900)
+    assert action.worker == "a"
+    running = task(requested_worker="a")
+    (action,) = plan_inference([running], by_id(worker("a", alive=False), worker("b")), {},
+                               15, 900)
+    assert action.queue is None and action.worker == "a"
+
+
+def test_shared_tasks_fail_only_after_the_deadline() -> None:
+    web = task(task_type="web_search", wid="w", queue="tasks:web")
+    alive = by_id(worker("w", kind="web"))
+    assert plan_shared([web], alive, ttl=15, deadline=60) == []
+    dead_shortly = {"w": WorkerView("w", "host-w", "web", False, 40.0)}
+    assert plan_shared([web], dead_shortly, ttl=15, deadline=60) == []
+    dead_long = {"w": WorkerView("w", "host-w", "web", False, 80.0, pid=7)}
+    (fail,) = plan_shared([web], dead_long, ttl=15, deadline=60)
+    assert "'w'" in fail.error and "host-w" in fail.error and "never re-run" in fail.error
+    # inference tasks are not this function's business
+    assert plan_shared([task()], dead_long, ttl=15, deadline=60) == []
+
+
+def test_duplicates_need_two_live_processes() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def inst(started: float, beat: float, host: str = "h1") -> InstanceView:
+        return InstanceView("w", uuid.uuid4(), host, 1, now - timedelta(seconds=started),
+                            now - timedelta(seconds=beat))
+
+    both = [inst(100, 1, "h1"), inst(50, 2, "h2")]
+    found = find_duplicates(both, now, 15)
+    assert list(found) == ["w"] and {i.host for i in found["w"]} == {"h1", "h2"}
+    # a restart: the old process stopped before the new one started
+    restart = [inst(100, 10), inst(5, 1)]
+    assert find_duplicates(restart, now, 15) == {}
+    # the old one is long dead
+    assert find_duplicates([inst(100, 60), inst(50, 1)], now, 15) == {}
+
+
+def test_find_orphans() -> None:
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    found = find_orphans([(a, "tasks:web"), (b, "tasks:web"), (c, "tasks:rag")], {str(b)})
+    assert found == {"tasks:web": [a], "tasks:rag": [c]}
