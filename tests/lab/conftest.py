@@ -38,6 +38,12 @@ def podman_problem() -> str | None:
     return None
 
 
+@pytest.fixture(name="lab_env")
+def lab_env_fixture() -> dict[str, str]:
+    """Environment for podman and molecule: the lab's containers.conf, the venv first on PATH."""
+    return lab_env()
+
+
 @pytest.fixture(scope="module")
 def podman_ready() -> None:
     problem = podman_problem()
