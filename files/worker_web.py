@@ -76,6 +76,9 @@ RESULT_SQL = """
 UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,
        error = %(error)s, worker = %(worker)s, finished_at = clock_timestamp()
  WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s"""
+ADOPT_SQL = """
+SELECT id::text FROM tasks
+ WHERE status = 'running' AND worker_id = %(worker_id)s AND queue = ANY(%(queues)s)"""
 STATE_SQL = "SELECT status, worker_id FROM tasks WHERE id = %(id)s"
 WRITE_CHECK_SQL = "UPDATE tasks SET status = status WHERE false"
 LOCK_SQL = "SELECT pg_try_advisory_lock(hashtext('worker:' || %(worker_id)s))"
@@ -332,12 +335,26 @@ class WebWorker:
     def start(self) -> None:
         self.check_all()
         self.take_lock()
+        self.adopt_running()
         leftovers = self.redis.llen(self.processing)
         if leftovers:
             log.info("%s holds %d task(s) from a previous run; finishing them first",
                      self.processing, leftovers)
         self.register()
         threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+
+    def adopt_running(self) -> None:
+        """A task `running` under this worker id but missing from our processing list was
+        claimed by an earlier process that died after Redis lost the list (restarted or
+        flushed). Only this process (it holds the lock) can finish it, so list it again."""
+        with self.db, self.db.cursor() as cur:
+            cur.execute(ADOPT_SQL, {"worker_id": self.cfg.worker_id, "queues": self.queues})
+            running = [row[0] for row in cur.fetchall()]
+        for task_id in running:
+            if self.redis.lpos(self.processing, task_id) is None:
+                log.warning("Task %s is running under %s but missing from %s (Redis lost "
+                            "it); finishing it", task_id, self.cfg.worker_id, self.processing)
+                self.redis.rpush(self.processing, task_id)
 
     def check_all(self) -> None:
         """The start-up checks in the order they are logged; `--check` runs only these."""
