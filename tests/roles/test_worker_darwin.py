@@ -11,6 +11,7 @@ import plistlib
 import re
 import stat
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -47,16 +48,48 @@ def plist(home: Path, label: str) -> Path:
     return home / "Library" / "LaunchAgents" / f"{label}.plist"
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path
+@dataclass
+class Runs:
+    """One sequence of plays on one fake Mac, shared by the tests below (each play is slow)."""
+
+    home: Path
+    outputs: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, list[list[str]]] = field(default_factory=dict)
+    plists: dict[str, dict] = field(default_factory=dict)
+
+    def step(self, name: str, instances: list[dict], **extra: object) -> None:
+        before = len(calls(self.home)) if (self.home / "launchctl.json").exists() else 0
+        self.outputs[name] = play(self.home, instances, **extra)
+        self.calls[name] = calls(self.home)[before:]
 
 
-def test_plist_has_every_key_and_the_environment(home):
-    play(home, BOTH)
-    path = plist(home, WEB_LABEL)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it holds secrets
-    data = plistlib.loads(path.read_bytes())
+GONE = [{"name": "web-worker", "kind": "web", "state": "absent"},
+        {"name": "inference-worker", "kind": "inference"}]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Runs:
+    home = tmp_path_factory.mktemp("mac")
+    # A disabled agent must be enabled before its bootstrap.
+    (home / "launchctl.json").write_text(
+        json.dumps({"loaded": [], "disabled": [WEB_LABEL], "calls": []}))
+    seq = Runs(home)
+    seq.step("first", BOTH)
+    seq.plists = {label: plistlib.loads(plist(home, label).read_bytes())
+                  for label in (WEB_LABEL, INFER_LABEL)}
+    seq.plists["mode"] = {"web": stat.S_IMODE(plist(home, WEB_LABEL).stat().st_mode)}
+    seq.step("second", BOTH)
+    seq.step("env_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"})
+    seq.step("code_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"}, test_code_changed=True)
+    seq.step("absent", GONE, worker_env={"OLLAMA_TIMEOUT": "120"})
+    seq.step("absent_again", GONE, worker_env={"OLLAMA_TIMEOUT": "120"})
+    return seq
+
+
+def test_plist_has_every_key_and_the_environment(runs):
+    home = runs.home
+    assert runs.plists["mode"]["web"] == 0o600  # it holds secrets
+    data = runs.plists[WEB_LABEL]
     base = f"{home}/coordinator-worker"
     assert data["Label"] == WEB_LABEL
     assert data["ProgramArguments"] == [f"{base}/venv/bin/python", f"{base}/app/worker_web.py"]
@@ -83,10 +116,8 @@ def test_plist_has_every_key_and_the_environment(home):
     }
 
 
-def test_inference_agent_shares_the_python_but_not_the_log(home):
-    play(home, BOTH)
-    web = plistlib.loads(plist(home, WEB_LABEL).read_bytes())
-    infer = plistlib.loads(plist(home, INFER_LABEL).read_bytes())
+def test_inference_agent_shares_the_python_but_not_the_log(runs):
+    web, infer = runs.plists[WEB_LABEL], runs.plists[INFER_LABEL]
     # One venv python for both: macOS's Local Network permission is granted per binary.
     assert infer["ProgramArguments"][0] == web["ProgramArguments"][0]
     assert infer["ProgramArguments"][1].endswith("/app/worker_infer.py")
@@ -97,89 +128,70 @@ def test_inference_agent_shares_the_python_but_not_the_log(home):
     assert "WORKER_DEVICE" not in web["EnvironmentVariables"]
 
 
-def test_first_run_bootstraps_each_agent_then_a_second_run_changes_nothing(home):
-    first = play(home, BOTH)
-    assert changed(first) > 0
-    made = calls(home)
+def test_first_run_enables_then_bootstraps_each_agent(runs):
+    made = runs.calls["first"]
+    assert changed(runs.outputs["first"]) > 0
     for label in (WEB_LABEL, INFER_LABEL):
-        assert ["bootstrap", "gui/501", str(plist(home, label))] in made
+        assert ["bootstrap", "gui/501", str(plist(runs.home, label))] in made
         assert ["print", f"gui/501/{label}"] in made  # checked: state = running
-    assert not [c for c in made if c[0] in ("load", "unload")]  # legacy subcommands never used
+    enable = made.index(["enable", f"gui/501/{WEB_LABEL}"])
+    assert enable < made.index(["bootstrap", "gui/501", str(plist(runs.home, WEB_LABEL))])
+    assert ["enable", f"gui/501/{INFER_LABEL}"] not in made
     assert not [c for c in made if c[0] == "bootout"]
 
-    second = play(home, BOTH)
-    assert changed(second) == 0, second[-3000:]
-    again = calls(home)[len(made):]
-    assert not [c for c in again if c[0] in ("bootstrap", "bootout", "kickstart")], again
+
+def test_legacy_load_unload_never_used(runs):
+    every = [c for step in runs.calls.values() for c in step]
+    assert not [c for c in every if c[0] in ("load", "unload")]
 
 
-def test_changed_plist_is_reloaded_with_bootout_then_bootstrap(home):
-    play(home, BOTH)
-    before = len(calls(home))
-    play(home, BOTH, worker_env={"OLLAMA_TIMEOUT": "120"})
-    after = calls(home)[before:]
+def test_second_run_changes_nothing(runs):
+    assert changed(runs.outputs["second"]) == 0, runs.outputs["second"][-3000:]
+    assert not [c for c in runs.calls["second"] if c[0] in ("bootstrap", "bootout", "kickstart")]
+
+
+def test_changed_plist_is_reloaded_with_bootout_then_bootstrap(runs):
+    after = runs.calls["env_changed"]
     for label in (WEB_LABEL, INFER_LABEL):
         bootout = after.index(["bootout", f"gui/501/{label}"])
-        bootstrap = after.index(["bootstrap", "gui/501", str(plist(home, label))])
+        bootstrap = after.index(["bootstrap", "gui/501", str(plist(runs.home, label))])
         assert bootout < bootstrap
-    env = plistlib.loads(plist(home, WEB_LABEL).read_bytes())["EnvironmentVariables"]
-    assert env["OLLAMA_TIMEOUT"] == "120"
+    assert not [c for c in after if c[0] == "kickstart"]
 
 
-def test_changed_code_restarts_with_kickstart(home):
-    play(home, BOTH)
-    before = len(calls(home))
-    play(home, BOTH, test_code_changed=True)
-    after = calls(home)[before:]
+def test_changed_code_restarts_with_kickstart(runs):
+    after = runs.calls["code_changed"]
     assert ["kickstart", "-k", f"gui/501/{WEB_LABEL}"] in after
     assert ["kickstart", "-k", f"gui/501/{INFER_LABEL}"] in after
     assert not [c for c in after if c[0] in ("bootstrap", "bootout")]
 
 
-def test_absent_worker_is_booted_out_and_removed_once(home):
-    play(home, BOTH)
-    gone = [{"name": "web-worker", "kind": "web", "state": "absent"},
-            {"name": "inference-worker", "kind": "inference"}]
-    before = len(calls(home))
-    output = play(home, gone)
-    assert changed(output) > 0
-    assert ["bootout", f"gui/501/{WEB_LABEL}"] in calls(home)[before:]
-    assert not plist(home, WEB_LABEL).exists()
-    assert plist(home, INFER_LABEL).exists()
-    state = json.loads((home / "launchctl.json").read_text())
+def test_absent_worker_is_booted_out_and_removed_once(runs):
+    assert changed(runs.outputs["absent"]) > 0
+    assert ["bootout", f"gui/501/{WEB_LABEL}"] in runs.calls["absent"]
+    assert not plist(runs.home, WEB_LABEL).exists()
+    assert plist(runs.home, INFER_LABEL).exists()
+    state = json.loads((runs.home / "launchctl.json").read_text())
     assert state["loaded"] == [INFER_LABEL]
-
-    before = len(calls(home))
-    again = play(home, gone)
-    assert changed(again) == 0, again[-3000:]
-    assert not [c for c in calls(home)[before:] if c[0] == "bootout"]
+    assert changed(runs.outputs["absent_again"]) == 0, runs.outputs["absent_again"][-3000:]
+    assert not [c for c in runs.calls["absent_again"] if c[0] == "bootout"]
 
 
-def test_disabled_agent_is_enabled_before_bootstrap(home):
-    state = {"loaded": [], "disabled": [WEB_LABEL], "calls": []}
-    (home / "launchctl.json").write_text(json.dumps(state))
-    play(home, BOTH)
-    made = calls(home)
-    enable = made.index(["enable", f"gui/501/{WEB_LABEL}"])
-    bootstrap = made.index(["bootstrap", "gui/501", str(plist(home, WEB_LABEL))])
-    assert enable < bootstrap
+def test_secrets_never_reach_the_output(runs):
+    for output in runs.outputs.values():
+        for secret in ("redis-secret", "token-secret", "pg pass"):
+            assert secret not in output
 
 
-def test_missing_vault_secret_names_the_variable_and_the_fix(home):
-    output = play(home, BOTH, entry="main", worker_db_password="")
+def test_missing_vault_secret_names_the_variable_and_the_fix(tmp_path):
+    output = play(tmp_path, BOTH, entry="main", worker_db_password="")
     assert ("worker_db_password is not set: add it to inventory/<name>/group_vars/all/vault.yml "
             "(copy vault.yml.example, fill it in, then ansible-vault encrypt it)") in output
-    assert not plist(home, WEB_LABEL).exists()
+    assert not plist(tmp_path, WEB_LABEL).exists()
 
 
-def test_macos_as_root_is_refused(home):
-    output = play(home, BOTH, entry="main", test_uid=0)
+def test_macos_as_root_is_refused(tmp_path):
+    output = play(tmp_path, BOTH, entry="main", test_uid=0)
     assert ("localhost is macOS and Ansible runs as root there: launchd agents belong to the "
             "login user, set ansible_become: false for localhost in host_vars") in output
-    assert not plist(home, WEB_LABEL).exists()
-
-
-def test_secrets_never_reach_the_output(home):
-    output = play(home, BOTH)
-    for secret in ("redis-secret", "token-secret", "pg pass"):
-        assert secret not in output
+    assert not plist(tmp_path, WEB_LABEL).exists()

@@ -1,0 +1,87 @@
+"""Both inventories parse, describe the cluster of the design, and site.yml accepts them.
+
+Nothing here connects to any host: `ansible-inventory --list` and `--syntax-check` only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from conftest import REPO, run
+
+HOME = REPO / "inventory" / "home"
+
+
+def inventory(name: str) -> dict:
+    result = run(["ansible-inventory", "-i", f"inventory/{name}", "--list"])
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def hosts(data: dict, group: str) -> set[str]:
+    return set(data.get(group, {}).get("hosts", []))
+
+
+def test_home_inventory_is_the_cluster_of_the_design():
+    data = inventory("home")
+    hostvars = data["_meta"]["hostvars"]
+    assert hostvars["ai-core"]["node_address"] == "192.168.0.40"
+    assert hostvars["macbookair"]["node_address"] == "192.168.0.43"
+    for group in ("coordinator", "database", "redis"):
+        assert hosts(data, group) == {"ai-core"}, group
+    assert hosts(data, "inference_workers") == {"ai-core", "macbookair"}
+    assert hosts(data, "web_workers") == {"ai-core"}  # the web worker starts on AI-Core
+    mac = hostvars["macbookair"]
+    assert mac["ansible_become"] is False  # launchd agents of the login user
+    assert mac["ansible_user"] not in ("root", "")
+    assert mac["worker_searxng_url"] == "http://192.168.0.1:8888"
+    assert mac["worker_ollama_model"] == "{{ cluster_model }}"
+    assert mac["cluster_model"] == "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+
+
+def test_lab_inventory_has_the_same_shape_on_containers():
+    data = inventory("lab")
+    hostvars = data["_meta"]["hostvars"]
+    assert hosts(data, "coordinator") == {"lab-ai-core"}
+    assert hosts(data, "web_workers") == {"lab-worker-slow"}
+    assert hostvars["lab-ai-core"]["lab_searxng_standin"] is True
+    slow = float(hostvars["lab-worker-slow"]["lab_ollama_latency"])
+    fast = float(hostvars["lab-worker-fast"]["lab_ollama_latency"])
+    assert slow > fast  # the speed difference is what shows which node did the work
+    for host, values in hostvars.items():
+        assert values["lab_ollama_standin"] is True, host
+        assert values["node_address"].startswith("10.89.20."), host
+
+
+@pytest.mark.parametrize("name", ["home", "lab"])
+def test_site_playbook_syntax(name):
+    result = run(["ansible-playbook", "-i", f"inventory/{name}", "site.yml", "--syntax-check"])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_lab_prepare_syntax():
+    result = run(["ansible-playbook", "-i", "inventory/lab", "lab/prepare.yml", "--syntax-check"])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_vault_example_holds_every_secret_as_a_placeholder():
+    example_path = HOME / "group_vars" / "all" / "vault.yml.example"
+    example = yaml.safe_load(example_path.read_text())
+    used = set()
+    for path in HOME.rglob("*.yml"):
+        used |= set(re.findall(r"\b(vault_[a-z_]+)\b", path.read_text()))
+    assert used, "the home inventory uses no vault variable"
+    assert set(example) == used
+    assert set(example.values()) == {"CHANGE_ME"}
+    text = example_path.read_text()
+    assert "ansible-vault encrypt" in text
+    assert not (HOME / "group_vars" / "all" / "vault.yml").exists()  # never committed in clear
+
+
+def test_roles_refuse_the_placeholder():
+    for role in ("coordinator", "worker"):
+        preflight = (REPO / "roles" / role / "tasks" / "preflight.yml").read_text()
+        assert "!= 'CHANGE_ME'" in preflight, role
