@@ -61,12 +61,16 @@ REQUIRED_ENV = (
 
 # Guarded transitions of docs/design.md; tests/workers/test_contract.py keeps them identical
 # to worker_base.py's.
-CLAIM_SQL = """
+# The claim is committed without waiting for its WAL flush (the created row and the result
+# are flushed): bench/dispatch.py found every commit's fsync in series with the next. If
+# PostgreSQL crashes before a later flush, the task is `queued` again and runs again
+# (at-least-once, as after any lost claim); the result guard still allows one result.
+CLAIM_SQL = """SET LOCAL synchronous_commit TO off;
 UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,
        worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1
  WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)
 RETURNING task_type, prompt, model"""
-RECLAIM_SQL = """
+RECLAIM_SQL = """SET LOCAL synchronous_commit TO off;
 UPDATE tasks SET claim = %(claim)s, worker_host = %(host)s,
        started_at = clock_timestamp(), attempts = attempts + 1
  WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
