@@ -119,15 +119,17 @@ class Lab:
         return dict(self.base_env, COORDINATOR_URL=self.url, WORKER_ID=worker_id,
                     WORKER_HOST="127.0.0.1")
 
-    def start_noop_workers(self, first: int, count: int) -> None:
-        """Workers bench-noop-<first> ... ; returns once each has registered."""
+    def start_noop_workers(self, first: int, count: int) -> list[subprocess.Popen[bytes]]:
+        """Workers bench-noop-<first> ... ; returns them once each has registered."""
         ids = [f"bench-noop-{n}" for n in range(first, first + count)]
-        for worker_id in ids:
-            self.spawn(worker_id, [sys.executable, str(BENCH / "common.py"), "noop-worker"],
-                       self.worker_env(worker_id))
-        self.wait_registered(ids)
+        procs = [self.spawn(worker_id, [sys.executable, str(BENCH / "common.py"),
+                                        "noop-worker"], self.worker_env(worker_id))
+                 for worker_id in ids]
+        self.wait_registered(ids, procs)
+        return procs
 
-    def wait_registered(self, worker_ids: list[str], timeout: float = 60) -> None:
+    def wait_registered(self, worker_ids: list[str], procs: list[subprocess.Popen[bytes]],
+                        timeout: float = 60) -> None:
         assert self.pg is not None
         deadline = time.monotonic() + timeout
         with psycopg.connect(self.pg.dsn, autocommit=True) as conn:
@@ -136,7 +138,7 @@ class Lab:
                                      (worker_ids,)).fetchone()[0]
                 if found == len(worker_ids):
                     return
-                for proc in self.procs:
+                for proc in procs:
                     if proc.poll() is not None:
                         raise RuntimeError(f"{proc.args} exited with {proc.returncode}; "
                                            f"see the logs in {self.tmp}")
