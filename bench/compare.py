@@ -20,7 +20,7 @@ of created → done, where "created" is when the system first records the task (
 "done" is the result's own timestamp (``finished_at``, ``date_done``, ``ended_at``). It
 prints our figure over theirs, round by round. The figures in docs/benchmarks.md come from:
 
-    .venv/bin/python bench/compare.py --tasks 5000 --workers 4 --rounds 3
+    .venv/bin/python bench/compare.py --tasks 2000 --workers 4 --rounds 3
 """
 
 from __future__ import annotations

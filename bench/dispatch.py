@@ -10,7 +10,7 @@ get answers, waits until every task is done, and reports tasks/s, p50/p99 of ``P
 tasks table's own timestamps. Then a fixed-rate run (``--rate``, open loop) gives the
 dispatch latency at a steady load. The figures in docs/benchmarks.md come from:
 
-    .venv/bin/python bench/dispatch.py --tasks 10000 --rate 200 --rate-tasks 4000
+    .venv/bin/python bench/dispatch.py --tasks 5000 --rate 200 --rate-tasks 3000
 """
 
 from __future__ import annotations
