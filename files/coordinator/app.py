@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
@@ -76,27 +76,41 @@ class RouteAnswer(BaseModel):
 
 
 Name = Annotated[StrictStr, Field(pattern=NAME_RE.pattern)]
+# The workers columns are PostgreSQL integers: a larger number is bad input, not a failed write.
+Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 
 
-class RegisterBody(BaseModel):
+class WorkerBody(BaseModel):
+    """PostgreSQL text cannot hold NUL: refuse it as bad input (422), not a failed write."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        texts = value if isinstance(value, list) else [value]
+        if any(isinstance(text, str) and "\x00" in text for text in texts):
+            raise ValueError("NUL characters cannot be stored; remove them")
+        return value
+
+
+class RegisterBody(WorkerBody):
     worker_id: Name
     host: Annotated[StrictStr, Field(min_length=1, max_length=255)]
     kind: Literal["web", "inference", "rag"]
     instance_id: uuid.UUID
     queues: list[StrictStr] = []
     version: StrictStr | None = None
-    pid: Annotated[StrictInt, Field(ge=0)] | None = None
+    pid: Count | None = None
     device: Name | None = None
     models: list[StrictStr] = []
 
 
-class HeartbeatBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class HeartbeatBody(WorkerBody):
     instance_id: uuid.UUID
-    pid: Annotated[StrictInt, Field(ge=0)] | None = None
-    in_flight: Annotated[StrictInt, Field(ge=0)] | None = None
-    db_write_failures: Annotated[StrictInt, Field(ge=0)] | None = None
+    pid: Count | None = None
+    in_flight: Count | None = None
+    db_write_failures: Count | None = None
     last_error: StrictStr | None = None
 
 
@@ -346,6 +360,9 @@ def create_app(cfg: Config) -> Front:
 
     @app.post("/workers/{worker_id}/heartbeat", summary="A worker says it is alive")
     async def heartbeat(worker_id: str, body: HeartbeatBody) -> Response:
+        if "\x00" in worker_id:
+            raise RequestError(422, "worker id contains a NUL character: use the worker_id "
+                                    "it registered with")
         answer = await coordinator.heartbeat(worker_id, body.model_dump(mode="json"))
         if answer is None:
             raise RequestError(404, f"unknown worker {worker_id[:128]!r}: register it again "
