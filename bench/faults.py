@@ -10,7 +10,7 @@ id, restarts Redis with its data wiped, restarts PostgreSQL, and makes Ollama an
 SearXNG fail for a while. After a bounded drain it checks the table; docs/faults.md explains
 the checks. The figures in docs/faults.md come from:
 
-    .venv/bin/python bench/faults.py --tasks 1200 --duration 90 --seed 1
+    .venv/bin/python bench/faults.py --tasks 1000 --duration 60 --seed 1
 
 Exit status 0 on PASS, 1 on FAIL.
 """
