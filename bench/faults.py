@@ -116,6 +116,8 @@ class Report:
     latencies: list[float] = field(default_factory=list)
     late: list[str] = field(default_factory=list)
     recovered_by_restart: int = 0
+    fallbacks: int = 0
+    kill_lines: list[str] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     kills: Counter[str] = field(default_factory=Counter)
@@ -155,6 +157,7 @@ class Run:
         self.acked: dict[str, str] = {}
         self.acked_lock = threading.Lock()
         self.kills: list[Kill] = []
+        self.timers: list[threading.Timer] = []  # the ends of the stand-in outages
         self.report = Report()
         self.searxng = Standin("lab.standins.searxng", logdir, latency=0.05)
         self.ollama = Standin("lab.standins.ollama", logdir, latency=0.15, models=[MODEL],
@@ -292,7 +295,6 @@ class Run:
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> Report:
         opts = self.opts
-        self.timers: list[threading.Timer] = []
         supervisors = [threading.Thread(target=s.supervise, name=s.worker_id, daemon=True)
                        for s in self.slots]
         for thread in supervisors:
@@ -350,16 +352,17 @@ class Run:
     def check(self) -> None:
         r = self.report
         rows = retry_db(self.pg.dsn, lambda cur: (cur.execute(
-            "SELECT id::text, task_type, status, error, result, attempts FROM tasks"),
+            "SELECT id::text, task_type, status, error, result, attempts, fallback FROM tasks"),
             cur.fetchall())[1])
         audit = retry_db(self.pg.dsn, lambda cur: (cur.execute(
             "SELECT task_id::text, old_status, new_status, claim::text FROM fault_audit"),
             cur.fetchall())[1])
         statuses = {row[0]: row[2] for row in rows}
         r.lost = sorted(set(self.acked) - set(statuses))  # accepted, then not in the table
-        for task_id, _type, status, error, result, attempts in rows:
+        for task_id, _type, status, error, result, attempts, fallback in rows:
             r.counts[status] += 1
             r.executions[attempts] += 1
+            r.fallbacks += bool(fallback)
             if status in ("queued", "running"):
                 r.lost.append(task_id)
             elif status == "failed":
@@ -396,6 +399,7 @@ class Run:
         for kill in self.kills:
             back = kill.slot.next_start_after(kill.at)
             stayed_down = back is None or back > kill.at + 2 * self.opts.ttl
+            seen = len(r.latencies)
             for task_id in kill.tasks:
                 after = [at for at in lines.get(task_id, []) if at >= kill.at]
                 if after:
@@ -407,6 +411,12 @@ class Run:
                     r.late.append(f"{task_id} of {kill.slot.worker_id}: never re-dispatched")
                 else:
                     r.recovered_by_restart += 1
+            mine = r.latencies[seen:]
+            down = "not back" if back is None else f"back after {back - kill.at:.1f}s"
+            moved = f", re-dispatched in {min(mine):.2f}-{max(mine):.2f}s" if mine else ""
+            r.kill_lines.append(f"{time.strftime('%H:%M:%S', time.localtime(kill.at))} "
+                                f"{kill.slot.worker_id} ({down}): {len(kill.tasks)} "
+                                f"inference task(s){moved}")
 
 
 def print_report(r: Report, opts: Options, elapsed: float) -> None:
@@ -415,13 +425,16 @@ def print_report(r: Report, opts: Options, elapsed: float) -> None:
         print(f"  {line}")
     total = sum(r.counts.values())
     print(f"\n== tasks: {total} in the table ==")
-    print(f"  done {r.counts['done']}, failed {r.counts['failed']}, lost {len(r.lost)}, "
+    print(f"  done {r.counts['done']} ({r.fallbacks} with the fallback answer), "
+          f"failed {r.counts['failed']}, lost {len(r.lost)}, "
           f"duplicated {len(r.duplicated)}, failures without a readable reason "
           f"{len(r.unreadable)}")
     print(f"  claims per task: {dict(sorted(r.executions.items()))}")
     for reason, count in r.reasons.most_common(8):
         print(f"  failed x{count}: {reason}")
     print(f"\n== kills: {dict(r.kills)} ==")
+    for line in r.kill_lines:
+        print(f"  {line}")
     if r.latencies:
         ordered = sorted(r.latencies)
         print(f"  kill -> Reaper re-dispatch: n={len(ordered)}, "

@@ -25,9 +25,9 @@ def test_no_task_is_lost_or_duplicated_under_faults(tmp_path: Path) -> None:
     assert report.unreadable == []
     assert report.late == []
     assert report.problems == []
-    assert sum(report.counts.values()) == 250
-    assert report.counts["done"] + report.counts["failed"] == 250
+    assert report.counts["done"] + report.counts["failed"] == sum(report.counts.values()) == 250
     assert report.counts["done"] > 0
+    assert report.fallbacks > 0  # the Ollama outage hit web tasks
     # The faults really happened (the run would pass vacuously otherwise).
     assert sum(report.kills.values()) >= 5
     notes = "\n".join(report.faults)
