@@ -73,11 +73,16 @@ def celery_app(broker: str, backend: str) -> Any:
                     accept_content=["json"], worker_hijack_root_logger=False,
                     broker_connection_retry_on_startup=True)
 
-    @app.task(name="compare.noop")
+    # One name per backend: Celery keeps task names process-wide, across apps.
+    @app.task(name=noop_name(backend))
     def noop() -> str:
         return "ok"
 
     return app
+
+
+def noop_name(backend: str) -> str:
+    return f"compare.noop.{backend.split(':', 1)[0]}"
 
 
 def rq_worker_main(url: str) -> None:
@@ -189,7 +194,7 @@ class Runner:
         if system not in self.celery_apps:
             self.celery_apps[system] = celery_app(self.celery_broker, backend)
         app = self.celery_apps[system]
-        noop = app.tasks["compare.noop"]
+        noop = app.tasks[noop_name(backend)]
         proc = self.lab.spawn(
             f"{system}-{self.rounds}",
             [sys.executable, __file__, "celery-worker", self.celery_broker, backend,
