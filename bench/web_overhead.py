@@ -15,7 +15,7 @@ that is the API's commit and push, the queue, the claim and result writes, the w
 code and the HTTP client; and apart, dispatch (created → started) and the backend calls.
 The figures in docs/benchmarks.md come from:
 
-    .venv/bin/python bench/web_overhead.py --tasks 1000 --rate 20
+    .venv/bin/python bench/web_overhead.py --tasks 1000 --rate 10
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ TIMED_PATHS = ("/search", "/api/generate")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", "-n", type=int, default=1000, help="tasks (quick: 100)")
-    p.add_argument("--rate", type=float, default=20, help="tasks/s sent")
+    p.add_argument("--rate", type=float, default=10, help="tasks/s sent")
     p.add_argument("--warmup", type=int, default=20, help="tasks first, not counted")
     return p.parse_args(argv)
 
@@ -118,12 +118,18 @@ def main(argv: list[str] | None = None) -> int:
                 "SELECT extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)"
                 "::float8, extract(epoch FROM finished_at)::float8, fallback FROM tasks"
                 " WHERE prompt = %s AND status = 'done'", (tag,)).fetchall()
-    overhead, dispatch, backend, in_worker, total = [], [], [], [], []
-    for created, started, done, _fallback in rows:
+    overhead, dispatch, backend, in_worker, total, behind, own = [], [], [], [], [], [], []
+    previous_done = 0.0
+    for created, started, done, _fallback in sorted(rows, key=lambda r: r[1]):
         inside = sum(end - start for start, end, _ in calls if started <= start <= done)
+        # One worker: a task created while it still ran the previous one waits for it.
+        waited = max(0.0, min(previous_done, started) - created)
+        previous_done = done
         total.append(done - created)
         backend.append(inside)
         overhead.append(done - created - inside)
+        behind.append(waited)
+        own.append(done - created - inside - waited)
         dispatch.append(started - created)
         in_worker.append(done - started - inside)
     fallbacks = sum(1 for r in rows if r[3])
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     line("OUR OVERHEAD (created → done - calls)", overhead)
     line("  of which created → started", dispatch)
     line("  of which in the worker, not calls", in_worker)
+    line("waiting for the previous task", behind)
+    line("OUR OVERHEAD without that wait", own)
     print(f"  statuses {statuses}; load average {load_before} before, {load_after} after")
     print(f"after: {common.uptime()}")
     return 0 if len(rows) == args.tasks else 1
