@@ -122,7 +122,9 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
     loc = [str(p) for p in err.get("loc", ())]
     where_kind = loc[0] if loc else "body"
     loc = loc[1:] if loc and loc[0] in ("body", "query", "path") else loc
-    name = ".".join(loc)
+    # A field name comes from the client's JSON: escape its control characters (a newline
+    # would break the one-line message) and keep it short.
+    name = "".join(c if c.isprintable() else repr(c)[1:-1] for c in ".".join(loc))[:100]
     kind = err.get("type", "")
     if kind == "json_invalid":
         detail = (err.get("ctx") or {}).get("error", "")
