@@ -130,3 +130,13 @@ def test_numbers_beyond_postgresql_integer_are_refused(client: httpx.Client) -> 
     assert response.status_code == 422
     assert assert_useful_error(response).startswith("'pid': Input should be less than or "
                                                     "equal to 2147483647")
+
+
+def test_a_field_name_with_a_newline_gets_a_one_line_error(client: httpx.Client) -> None:
+    # Found by the fuzzer: the unknown key was echoed raw, newline included.
+    response = client.post("/workers/fuzz-nl/heartbeat",
+                           json={"instance_id": "e3e70682-c209-4cac-629f-6fbed82c07cd",
+                                 "a\nb": 1})
+    assert response.status_code == 422
+    assert assert_useful_error(response) == \
+        "unknown field 'a\\nb': see /docs for the allowed fields"
