@@ -11,6 +11,7 @@ Coordinator's real worker (files/worker_base.py) whose work returns at once; run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -146,13 +147,15 @@ class Lab:
         raise RuntimeError(f"workers {worker_ids} did not register within {timeout:.0f}s")
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGINT (each program's clean stop), then SIGKILL to its whole process group, which
+        also takes children it left behind (Celery's pool, RQ's work horses)."""
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: pgid == pid, only ours
+        proc.wait()
 
     def close(self) -> None:
         # Ctrl-C during cleanup would leave servers behind: ignore it until done.
