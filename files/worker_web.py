@@ -820,6 +820,14 @@ def fallback_answer(reason: str, results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def env_lines(text: str) -> dict[str, str]:
+    """NAME=value lines (as in a systemd EnvironmentFile without quoting); blank lines and
+    comments are skipped, the value is everything after the first '='."""
+    pairs = (line.split("=", 1) for line in text.splitlines()
+             if line.strip() and not line.lstrip().startswith("#") and "=" in line)
+    return {name.strip(): value for name, value in pairs}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Web Search Worker of the Coordinator "
                                                  "cluster; configured by environment only.")
@@ -827,10 +835,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="run the start-up checks with this environment and exit: 0 when "
                              "all pass (nothing is registered, no task is taken)")
+    parser.add_argument("--env-stdin", action="store_true",
+                        help="read NAME=value lines from standard input over the environment "
+                             "(keeps secrets off command lines that tools print)")
     args = parser.parse_args(argv)
     if args.version:
         print(VERSION)
         return 0
+    if args.env_stdin:
+        os.environ.update(env_lines(sys.stdin.read()))
     setup_logging(env_secrets(os.environ))
     log.info("Web Search Worker starting (v%s).", VERSION)
     try:

@@ -32,3 +32,15 @@ def test_check_fails_with_the_checks_message(web_env, redis_server):
         f"ERROR Redis check FAILED at 127.0.0.1:{redis_server.port}: invalid "
         "username-password pair or user is disabled.; fix: check REDIS_PASSWORD "
         "(it must equal requirepass in redis.conf)")
+
+
+def test_check_reads_the_environment_from_stdin(web_env, coordinator):
+    secret_names = ("PG_DSN", "REDIS_PASSWORD")
+    on_command_line = {k: v for k, v in web_env.items() if k not in secret_names}
+    lines = "".join(f"{name}={web_env[name]}\n" for name in secret_names)
+    done = subprocess.run([PYTHON, str(FILES / "worker_web.py"), "--check", "--env-stdin"],
+                          env=on_command_line, input=f"# from the role\n\n{lines}",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "PostgreSQL OK" in done.stderr
+    assert web_env["REDIS_PASSWORD"] not in done.stderr
