@@ -279,6 +279,9 @@ def ms(seconds: float) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
     if sys.argv[1:] != ["noop-worker"]:
         sys.exit("usage: python bench/common.py noop-worker  (with the worker environment of "
                  "docs/workers.md); the benchmarks start it themselves")

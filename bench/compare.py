@@ -48,7 +48,7 @@ CELERY_DB, RQ_DB = 1, 2  # Redis databases, apart from ours (0)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", "-n", type=int, default=5000,
-                   help="tasks per system per round (quick: 200)")
+                   help="tasks per system per round (quick: 100 with --rounds 1)")
     p.add_argument("--workers", "-w", type=int, default=4, help="worker processes per system")
     p.add_argument("--rounds", "-k", type=int, default=3, help="rounds of all systems")
     p.add_argument("--systems", default=",".join(SYSTEMS),
