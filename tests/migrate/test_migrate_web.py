@@ -33,9 +33,9 @@ import yaml
 
 from lab import lab
 
-# Opt-in until the whole module has passed end to end: test 1 passes; test 2 found that the
-# rollback failed on a unit the failed deployment never wrote (fixed, not yet re-run); tests 3
-# and 4 have not run to the end yet. Run: MIGRATE_LAB_TESTS=1 pytest tests/migrate
+# Opt-in until the whole module has passed end to end. Last run: tests 1 and 2 passed; 3 and 4
+# failed on a recursive template in migrate-web.yml's start play (fixed since, not yet re-run).
+# Run: MIGRATE_LAB_TESTS=1 pytest tests/migrate (about 10 minutes on an idle 2-core machine)
 pytestmark = pytest.mark.skipif(os.environ.get("MIGRATE_LAB_TESTS") != "1",
                                 reason="opt-in (MIGRATE_LAB_TESTS=1): not yet passed end to end")
 
@@ -181,6 +181,8 @@ def test_new_worker_that_does_not_come_up_is_stopped(cluster: Client) -> None:
     assert done.returncode != 0
     assert (f"the new web worker on {NEW} did not come up, so it was stopped and the old one "
             "was left serving") in done.stdout
+    # The worker role's own verdict, with the worker's log lines, not some earlier failure.
+    assert "is not registered alive with the Coordinator" in done.stdout
     assert unit_state(NEW, "is-enabled") != "enabled"
     assert_old_side_serving(cluster)
 
