@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from pathlib import Path
 
 import common
 import psycopg
+
+from lab.throwaway import wait_for_port
 
 STANDIN_MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 TIMED_PATHS = ("/search", "/api/generate")
@@ -68,17 +69,6 @@ def timed_worker(timings_file: str) -> int:
         Path(timings_file).write_text("".join(json.dumps(c) + "\n" for c in calls))
 
 
-def wait_port(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listened on 127.0.0.1:{port} within {timeout:.0f}s")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     common.stop_on_sigterm()
@@ -93,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             lab.spawn(name, [sys.executable, "-m", f"lab.standins.{name}", "--bind",
                              "127.0.0.1", "--port", str(ports[name]), "--latency", "0"],
                       dict(lab.base_env))
-            wait_port(ports[name])
+            wait_for_port(ports[name], 30, name)
         timings = lab.tmp / "timings.jsonl"
         env = dict(lab.worker_env("bench-web-1"),
                    SEARXNG_URL=f"http://127.0.0.1:{ports['searxng']}",

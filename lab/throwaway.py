@@ -38,7 +38,7 @@ def _pg_bindir() -> Path:
     return Path(candidates[0]).parent
 
 
-def _wait_for_port(port: int, timeout: float, what: str) -> None:
+def wait_for_port(port: int, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -95,7 +95,7 @@ class ThrowawayPostgres:
             str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l",
             str(self.root / "server.log"), "-w", "-t", "60", "start",
         )
-        _wait_for_port(self.port, 30, "PostgreSQL")
+        wait_for_port(self.port, 30, "PostgreSQL")
         return self
 
     def _init(self) -> None:
@@ -186,7 +186,7 @@ class ThrowawayRedis:
         )
         conf.chmod(0o600)
         self.proc = subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL)
-        _wait_for_port(self.port, 15, "Redis")
+        wait_for_port(self.port, 15, "Redis")
         return self
 
     def stop(self) -> None:
