@@ -9,7 +9,9 @@ edits a copy of the lab inventory the way a user edits theirs and runs the playb
 3. the move itself, with a pg_hba.conf line missing by hand and tasks routed all along: the line
    is found, named and added, the test task is done by the new host in PostgreSQL, none of the
    routed tasks is lost or failed, exactly one worker_web.py runs, on the new host;
-4. running it again changes nothing and still verifies; site.yml afterwards changes nothing.
+4. running it again changes nothing and still verifies; site.yml afterwards changes nothing;
+5. every playbook above ran with -vvv, and none of the lab's secrets (which the nodes really use)
+   appears anywhere in that output.
 
 The tests share one lab and run in this order. They hold .lab/molecule.lock, like the
 Molecule scenarios that use the same containers.
@@ -41,6 +43,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("MIGRATE_LAB_TESTS") != "1",
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / ".lab" / "molecule.lock"
+LOG_DIR = REPO / ".lab" / "logs" / "test-migrate"  # every playbook run's output, for failures
 OLD, NEW = "lab-worker-slow", "lab-worker-fast"
 DB_HOST = "lab-ai-core"
 OLD_ADDRESS, NEW_ADDRESS = "10.89.20.42", "10.89.20.43"
@@ -57,9 +60,18 @@ def env() -> dict[str, str]:
     return result
 
 
+# The -vvv output of every playbook this module runs, searched for secrets by the last test.
+OUTPUTS: list[str] = []
+
+
 def playbook(name: str, inventory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ansible-playbook", "-i", str(inventory), name], cwd=REPO, env=env(),
-                          capture_output=True, text=True, check=False, timeout=1800)
+    done = subprocess.run(["ansible-playbook", "-vvv", "-i", str(inventory), name], cwd=REPO,
+                          env=env(), capture_output=True, text=True, check=False, timeout=1800)
+    OUTPUTS.append(done.stdout + done.stderr)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"{len(OUTPUTS)}-{Path(name).stem}-{inventory.name}.log"
+    log.write_text(OUTPUTS[-1])
+    return done
 
 
 def recap(output: str) -> dict[str, tuple[int, int, int]]:
@@ -211,9 +223,11 @@ def test_move_with_tasks_routed_throughout(cluster: Client) -> None:
         stop.set()
         router.join()
     assert done.returncode == 0, done.stdout[-6000:]
+    # The YAML callback folds long messages over several lines: search the unfolded text.
+    unfolded = " ".join(done.stdout.split())
     found = re.search(r"found in preflight and fixed by the postgresql_access role: "
-                      r"PostgreSQL check FAILED.*", done.stdout)
-    assert found, done.stdout[-6000:]
+                      r"PostgreSQL check FAILED.{0,400}", unfolded)
+    assert found, f"no pg_hba.conf finding reported; see {LOG_DIR}"
     assert "no pg_hba.conf entry for host" in found.group(0)
     assert NEW_ADDRESS in found.group(0)
     assert re.search(rf"in [0-9.]+ s, processed by {NEW_ADDRESS}", done.stdout)
@@ -251,3 +265,18 @@ def test_rerun_and_site_change_nothing(cluster: Client) -> None:
         DB_HOST: 0, OLD: 0, NEW: 0}
     task = cluster.search()
     assert (task["status"], task["worker_host"]) == ("done", NEW_ADDRESS)
+
+
+def test_no_secret_in_any_verbose_output(cluster: Client) -> None:
+    # The fixture's lab/prepare.yml and site.yml plus every migration above, all at -vvv.
+    assert len(OUTPUTS) >= 2
+    env_file = podman_exec(NEW, "cat", "/etc/coordinator-worker/web-worker.env")
+    assert env_file.returncode == 0, env_file.stderr
+    for secret_file in sorted(lab.SECRETS_DIR.iterdir()):
+        secret = secret_file.read_text().split()[0]
+        assert len(secret) >= 16, f"{secret_file.name} is too short to be a meaningful canary"
+        # Each secret is really in use on the nodes (the token and the passwords are all in a
+        # worker's environment), so finding it zero times in the output means something.
+        assert secret in env_file.stdout, f"{secret_file.name} is not in the worker's env file"
+        leaks = [index for index, output in enumerate(OUTPUTS) if secret in output]
+        assert not leaks, f"{secret_file.name} appears in the -vvv output of playbook runs {leaks}"
