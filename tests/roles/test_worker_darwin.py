@@ -26,7 +26,8 @@ BOTH = [{"name": "web-worker", "kind": "web"}, {"name": "inference-worker", "kin
 def play(home: Path, instances: list[dict], entry: str = "darwin", **extra: object) -> str:
     extra_vars = {"test_home": str(home), "test_instances": instances, "test_entry": entry,
                   "ansible_python_interpreter": sys.executable, **extra}
-    result = run(["ansible-playbook", str(PLAYBOOK), "-i", "localhost,",
+    # -vvv: the most Ansible ever prints (module arguments, loop items), searched for secrets.
+    result = run(["ansible-playbook", "-vvv", str(PLAYBOOK), "-i", "localhost,",
                   "-e", json.dumps(extra_vars)])
     output = result.stdout + result.stderr
     if entry == "darwin":
