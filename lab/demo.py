@@ -16,11 +16,12 @@ being run, and the recap. Everything talks only to the lab's own containers.
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +39,7 @@ LAB_INVENTORY = REPO / "inventory" / "lab"
 MOVED_INVENTORY = REPO / ".lab" / "inventory-moved"
 LOG_DIR = REPO / ".lab" / "logs"
 PROMPT = "今日の東京の天気は？"
+SUMMARY_TASK = "7. Summary"  # the name of migrate-web.yml's summary task
 BOLD, DIM, GREEN, RED, RESET = "\033[1m", "\033[2m", "\033[32m", "\033[31m", "\033[0m"
 
 
@@ -151,6 +153,20 @@ def write_moved_inventory(new_host: str) -> list[str]:
     return before
 
 
+def migration_summary(log: str) -> list[str]:
+    """The lines of migrate-web.yml's summary task, from its output (YAML result format)."""
+    lines = log.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"TASK [{SUMMARY_TASK}]")),
+                 None)
+    if start is None:
+        return [f"(no summary in the log: task {SUMMARY_TASK!r} did not run)"]
+    # "ok: [host] => " then the indented result, up to the blank line that ends the task.
+    ok = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("ok: ["))
+    block = list(itertools.takewhile(str.strip, lines[ok + 1:]))
+    result = yaml.safe_load(textwrap.dedent("\n".join(block)))
+    return [" ".join(str(line).split()) for line in result["msg"]]
+
+
 def read_token() -> str:
     token_file = lab.SECRETS_DIR / "coordinator_token"
     return token_file.read_text().split()[0]
@@ -186,10 +202,9 @@ def main(argv: list[str] | None = None) -> int:
 
     step(5, "Move the web worker with migrate-web.yml")
     run_playbook("migrate-web.yml", MOVED_INVENTORY, "5-migrate-web")
-    summary = [line for line in (LOG_DIR / "5-migrate-web.log").read_text().splitlines()
-               if line.strip().startswith(('"task ', '"before:', '"after:'))]
-    for line in summary:
-        print(f"  {json.loads(line.strip().rstrip(','))}")
+    for line in migration_summary((LOG_DIR / "5-migrate-web.log").read_text()):
+        if not line.startswith("answer:"):  # the answers are shown side by side below
+            print(f"  {line}")
 
     step(6, "Route the same search again")
     after = route_search(url, token)
