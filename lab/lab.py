@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import string
 import subprocess
 import sys
@@ -65,6 +66,16 @@ def podman(*args: str, check: bool = True, capture: bool = False) -> subprocess.
     return subprocess.run(
         ["podman", *args], check=check, env=env, text=True, capture_output=capture
     )
+
+
+def podman_problem() -> str | None:
+    """Why podman cannot run the lab's containers here, or None when it can."""
+    if shutil.which("podman") is None:
+        return "podman is not installed (apt-get install podman runc debootstrap)"
+    info = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False, capture=True)
+    if info.returncode != 0:
+        return f"podman cannot run here: {info.stderr.strip()[:300]}"
+    return None
 
 
 def exists(kind: str, name: str) -> bool:

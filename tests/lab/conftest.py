@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from lab import lab
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,22 +22,6 @@ def lab_env() -> dict[str, str]:
     return env
 
 
-def podman_problem() -> str | None:
-    """Why podman cannot run containers here, or None when it can."""
-    if shutil.which("podman") is None:
-        return "podman is not installed (apt-get install podman runc debootstrap)"
-    result = subprocess.run(
-        ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
-        env=lab_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        return f"podman cannot run here: {result.stderr.strip()[:300]}"
-    return None
-
-
 @pytest.fixture(name="lab_env")
 def lab_env_fixture() -> dict[str, str]:
     """Environment for podman and molecule: the lab's containers.conf, the venv first on PATH."""
@@ -46,7 +30,7 @@ def lab_env_fixture() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def podman_ready() -> None:
-    problem = podman_problem()
+    problem = lab.podman_problem()
     if problem is None:
         return
     if os.environ.get("CI"):

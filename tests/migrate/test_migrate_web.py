@@ -129,7 +129,7 @@ class Client:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Client]:
-    problem = _podman_problem()
+    problem = lab.podman_problem()
     if problem:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the migration tests: {problem}")
@@ -147,14 +147,6 @@ def cluster() -> Iterator[Client]:
             yield Client()
         finally:
             lab.destroy(the_lab)
-
-
-def _podman_problem() -> str | None:
-    if shutil.which("podman") is None:
-        return "podman is not installed (apt-get install podman runc debootstrap)"
-    info = subprocess.run(["podman", "info"], env=env(), capture_output=True, text=True,
-                          check=False)
-    return None if info.returncode == 0 else f"podman cannot run here: {info.stderr[:300]}"
 
 
 def assert_old_side_serving(client: Client) -> None:

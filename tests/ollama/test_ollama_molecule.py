@@ -6,30 +6,16 @@ Skipped where podman cannot run containers, except under CI, where that is a fai
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from lab import lab
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-
-
-def podman_problem(env: dict[str, str]) -> str | None:
-    """Why podman cannot run containers here, or None when it can."""
-    if shutil.which("podman") is None:
-        return "podman is not installed (apt-get install podman runc debootstrap)"
-    info = subprocess.run(
-        ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if info.returncode != 0:
-        return f"podman cannot run here: {info.stderr.strip()[:300]}"
-    return None
 
 
 # Creating the container, two converges and verify take minutes on a busy 2-core machine.
@@ -39,7 +25,7 @@ def test_molecule_scenario_ollama():
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["CONTAINERS_CONF"] = str(REPO / "lab" / "containers.conf")
     env["NO_COLOR"] = "1"
-    problem = podman_problem(env)
+    problem = lab.podman_problem()
     if problem is not None:
         if env.get("CI"):
             pytest.fail(f"CI must run the Molecule scenario ollama: {problem}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from lab import lab
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -35,19 +36,9 @@ def run(argv: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def podman_problem() -> str | None:
-    """Why podman cannot run containers here, or None when it can."""
-    if shutil.which("podman") is None:
-        return "podman is not installed (apt-get install podman runc debootstrap)"
-    result = run(["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"])
-    if result.returncode != 0:
-        return f"podman cannot run here: {result.stderr.strip()[:300]}"
-    return None
-
-
 @pytest.fixture(scope="module")
 def podman_ready() -> None:
-    problem = podman_problem()
+    problem = lab.podman_problem()
     if problem is None:
         return
     if os.environ.get("CI"):
