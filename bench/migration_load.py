@@ -27,7 +27,6 @@ docs/benchmarks.md come from:
 from __future__ import annotations
 
 import argparse
-import fcntl
 import statistics
 import sys
 import threading
@@ -49,7 +48,6 @@ from coordinator.routing import WEB_QUEUE  # noqa: E402
 from lab import demo, lab  # noqa: E402
 
 WORKER_NODES = ("lab-worker-slow", "lab-worker-fast")
-LOCK = ROOT / ".lab" / "molecule.lock"
 SAMPLE_SECONDS = 0.1
 
 
@@ -168,9 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     the_lab = lab.load_lab()
     addresses, redis_address = lab_addresses()
-    LOCK.parent.mkdir(exist_ok=True)
-    with LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with lab.exclusive():
         try:
             return run(args, the_lab, addresses, redis_address)
         finally:

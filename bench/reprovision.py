@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import ipaddress
 import os
 import re
@@ -56,7 +55,6 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,16 +65,12 @@ from lab import lab as lablib
 
 REPO = common.ROOT
 SOURCE_INVENTORY = REPO / "inventory" / "lab"
-LOCK = lablib.STATE_DIR / "molecule.lock"
 NETWORK = "bench-lab"
 SUBNET = "10.89.26.0/24"
 PREFIX = "bench-"
 VENV_BIN = REPO / ".venv" / "bin"
 FEATURES = ("pipelining", "factcache", "execstdin")
 
-RECAP = re.compile(
-    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+"
-    r"skipped=(\d+)", re.M)
 TASK_HEADER = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$")
 CHANGED = re.compile(r"^changed: \[([^\]\s]+)")
 MODULE = re.compile(r"AnsiballZ_(\w+)\.py")
@@ -229,7 +223,7 @@ class Run:
     returncode: int
     output: str
     load: float
-    recap: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    recap: dict[str, dict[str, int]] = field(default_factory=dict)  # lab.play_recap
     podman: Counter[str] = field(default_factory=Counter)  # subcommand -> calls
     modules: Counter[str] = field(default_factory=Counter)  # module -> podman exec runs
 
@@ -246,11 +240,12 @@ class Run:
 
     @property
     def changed(self) -> dict[str, int]:
-        return {host: r[1] for host, r in self.recap.items() if r[1]}
+        return {host: r["changed"] for host, r in self.recap.items() if r["changed"]}
 
     @property
     def failed(self) -> dict[str, int]:
-        return {host: r[2] + r[3] for host, r in self.recap.items() if r[2] + r[3]}
+        return {host: r["unreachable"] + r["failed"] for host, r in self.recap.items()
+                if r["unreachable"] + r["failed"]}
 
     @property
     def task_headers(self) -> int:
@@ -259,7 +254,8 @@ class Run:
     @property
     def host_tasks(self) -> int:
         """Task results over all hosts: ok (changed included) + skipped + failed."""
-        return sum(r[0] + r[2] + r[3] + r[4] for r in self.recap.values())
+        return sum(r["ok"] + r["unreachable"] + r["failed"] + r["skipped"]
+                   for r in self.recap.values())
 
 
 class Bench:
@@ -325,7 +321,7 @@ class Bench:
             seconds = time.monotonic() - started
             out.seek(0)
             output = out.read()
-        recap = {m[0]: tuple(int(x) for x in m[1:]) for m in RECAP.findall(output)}
+        recap = lablib.play_recap(output)
         run = Run(seconds, proc.returncode, output, load, recap)
         if calls.exists():
             for line in calls.read_text().splitlines():
@@ -470,21 +466,6 @@ def measure(bench: Bench, inventory: Path, nodes: int, variants: dict[str, int],
         bench.figures += [Figures(nodes, v, r) for v, r in runs.items() if r]
 
 
-@contextlib.contextmanager
-def lab_lock() -> Iterator[None]:
-    LOCK.parent.mkdir(exist_ok=True)
-    with LOCK.open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for {LOCK.relative_to(REPO)} (another lab suite holds it) ...",
-                  flush=True)
-            waited = time.monotonic()
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            print(f"  got it after {time.monotonic() - waited:.0f} s", flush=True)
-        yield
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, nargs="+", default=[3],
@@ -520,7 +501,7 @@ def converge(bench: Bench, inventory: Path, nodes: int, forks: int, limit: float
         if done.returncode != 0 or done.failed:
             raise SystemExit(f"{playbook} failed on {nodes} nodes:\n{done.output[-5000:]}")
         print(f"  {playbook}: {done.seconds:.0f} s, changed "
-              f"{sum(r[1] for r in done.recap.values())}", flush=True)
+              f"{sum(r['changed'] for r in done.recap.values())}", flush=True)
     return spent
 
 
@@ -549,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(tmp)
     largest: Path | None = None
     try:
-        with lab_lock():
+        with lablib.exclusive():
             deadline += time.monotonic() - started  # the wait for the lock is not ours
             for nodes in sizes:
                 if time.monotonic() > deadline:

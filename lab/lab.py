@@ -16,13 +16,17 @@ Podman runs with CONTAINERS_CONF=lab/containers.conf (runc, explicit ulimits); s
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
+import re
 import secrets
 import shutil
 import string
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +40,10 @@ APT_ARCHIVES = STATE_DIR / "apt-archives"
 # Generated on `create` unless present; the lab inventory reads them with the password lookup.
 SECRET_NAMES = ("coordinator_db_password", "redis_password")
 LABEL = "coordinator.lab.network"
+# Held by every suite, benchmark or Molecule run that makes podman containers from this
+# checkout, so they run one at a time (`flock .lab/molecule.lock molecule ...` by hand).
+LOCK = STATE_DIR / "molecule.lock"
+RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+[ \t]*)+)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,27 @@ def podman(*args: str, check: bool = True, capture: bool = False) -> subprocess.
     return subprocess.run(
         ["podman", *args], check=check, env=env, text=True, capture_output=capture
     )
+
+
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """Hold the lab lock for the block; say so when another run holds it and this one waits."""
+    LOCK.parent.mkdir(exist_ok=True)
+    with LOCK.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for {LOCK} (another lab run holds it) ...", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def play_recap(output: str) -> dict[str, dict[str, int]]:
+    """host -> {"ok": .., "changed": .., "unreachable": .., "failed": .., ...} from the
+    PLAY RECAP of an ansible-playbook output."""
+    return {host: {key: int(value) for key, value in
+                   (pair.split("=") for pair in counts.split())}
+            for host, counts in RECAP_LINE.findall(output)}
 
 
 def podman_problem() -> str | None:

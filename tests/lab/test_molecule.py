@@ -8,17 +8,15 @@ cannot run containers on this machine, and never when the CI variable is set.
 
 from __future__ import annotations
 
-import fcntl
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from lab import lab
+
 REPO = Path(__file__).resolve().parents[2]
 
-# Few cores, and some scenarios use the lab's containers: one `molecule test` at a time across
-# every pytest process of this checkout (`flock .lab/molecule.lock molecule ...` by hand).
-LOCK = REPO / ".lab" / "molecule.lock"
 # This area's scenarios; other roles' scenarios have their own tests (tests/roles, tests/ollama).
 SCENARIOS = ["postgresql_access", "redis"]
 
@@ -31,9 +29,7 @@ def test_scenarios_exist():
 @pytest.mark.timeout(1800)  # includes waiting for another scenario holding the lock
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario, podman_ready, lab_env):
-    LOCK.parent.mkdir(exist_ok=True)
-    with LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with lab.exclusive():
         result = subprocess.run(
             ["molecule", "test", "-s", scenario],
             cwd=REPO,

@@ -19,7 +19,6 @@ Molecule scenarios that use the same containers.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -36,14 +35,12 @@ import yaml
 from lab import lab
 
 REPO = Path(__file__).resolve().parents[2]
-LOCK = REPO / ".lab" / "molecule.lock"
 LOG_DIR = REPO / ".lab" / "logs" / "test-migrate"  # every playbook run's output, for failures
 OLD, NEW = "lab-worker-slow", "lab-worker-fast"
 DB_HOST = "lab-ai-core"
 OLD_ADDRESS, NEW_ADDRESS = "10.89.20.42", "10.89.20.43"
 URL = "http://10.89.20.40:8000"
 PROMPT = "今日の東京の天気は？"
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
 def env() -> dict[str, str]:
@@ -66,11 +63,6 @@ def playbook(name: str, inventory: Path) -> subprocess.CompletedProcess[str]:
     log = LOG_DIR / f"{len(OUTPUTS)}-{Path(name).stem}-{inventory.name}.log"
     log.write_text(OUTPUTS[-1])
     return done
-
-
-def recap(output: str) -> dict[str, tuple[int, int, int]]:
-    """host -> (changed, unreachable, failed) from the PLAY RECAP."""
-    return {host: (int(c), int(u), int(f)) for host, c, u, f in RECAP.findall(output)}
 
 
 def moved_inventory(name: str, new_host_vars: dict | None = None) -> Path:
@@ -134,9 +126,7 @@ def cluster() -> Iterator[Client]:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the migration tests: {problem}")
         pytest.skip(problem)
-    LOCK.parent.mkdir(exist_ok=True)
-    with LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with lab.exclusive():
         the_lab = lab.load_lab()
         lab.destroy(the_lab)
         lab.create(the_lab)
@@ -242,12 +232,12 @@ def test_rerun_and_site_change_nothing(cluster: Client) -> None:
     again = playbook("migrate-web.yml", inventory)
     assert again.returncode == 0, again.stdout[-6000:]
     assert re.search(rf"in [0-9.]+ s, processed by {NEW_ADDRESS}", again.stdout)
-    assert {host: changed for host, (changed, _, _) in recap(again.stdout).items()} == {
+    assert {host: counts["changed"] for host, counts in lab.play_recap(again.stdout).items()} == {
         DB_HOST: 0, OLD: 0, NEW: 0}
 
     site = playbook("site.yml", inventory)
     assert site.returncode == 0, site.stdout[-6000:]
-    assert {host: changed for host, (changed, _, _) in recap(site.stdout).items()} == {
+    assert {host: counts["changed"] for host, counts in lab.play_recap(site.stdout).items()} == {
         DB_HOST: 0, OLD: 0, NEW: 0}
     task = cluster.search()
     assert (task["status"], task["worker_host"]) == ("done", NEW_ADDRESS)

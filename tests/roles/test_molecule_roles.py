@@ -6,14 +6,14 @@ never under CI. One `molecule test` at a time per checkout (same lock as tests/l
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 
 import pytest
 from conftest import REPO, VENV_BIN
 
-LOCK = REPO / ".lab" / "molecule.lock"
+from lab import lab
+
 SCENARIOS = [name for name in ("site", "coordinator", "worker")
              if (REPO / "molecule" / name / "molecule.yml").exists()]
 
@@ -34,9 +34,7 @@ def test_site_scenario_exists():
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario, podman_ready):
-    LOCK.parent.mkdir(exist_ok=True)
-    with LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with lab.exclusive():
         result = subprocess.run(
             ["molecule", "test", "-s", scenario],
             cwd=REPO, env=molecule_env(), capture_output=True, text=True, check=False,
