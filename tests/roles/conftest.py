@@ -22,6 +22,7 @@ def ansible_env(**extra: str) -> dict[str, str]:
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
     env["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
     env["ANSIBLE_LIBRARY"] = str(REPO / "library")  # test modules sit beside their playbooks
+    env["ANSIBLE_ACTION_PLUGINS"] = str(REPO / "action_plugins")
     env["ANSIBLE_NOCOLOR"] = "1"
     env["NO_COLOR"] = "1"
     # No fact cache: the tests fake facts and must not see a lab run's.

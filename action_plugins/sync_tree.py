@@ -1,0 +1,130 @@
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of sync_tree: hash the tree, ask the target what differs, send only that.
+
+The module's documentation is in library/sync_tree.py.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import tarfile
+import tempfile
+from pathlib import PurePosixPath
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+CHUNK = 1 << 20
+DEFAULT_EXCLUDE = ("__pycache__", "*.pyc")
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def excluded(relpath: str, patterns: list[str] | tuple[str, ...]) -> bool:
+    return any(
+        fnmatch.fnmatch(part, pattern)
+        for part in PurePosixPath(relpath).parts
+        for pattern in patterns
+    )
+
+
+def build_manifest(
+    src: str, files: list[str] | None, exclude: list[str] | tuple[str, ...]
+) -> dict[str, str]:
+    """Relative path → SHA-256 of each file to ship. Raises AnsibleActionFail on bad input."""
+    if not os.path.isdir(src):
+        raise AnsibleActionFail(
+            f"sync_tree: src {src} is not a directory on the controller; fix src"
+        )
+    if files is None:
+        found = []
+        for root, dirs, names in os.walk(src):
+            dirs[:] = sorted(d for d in dirs if not excluded(d, exclude))
+            found += [
+                os.path.relpath(os.path.join(root, name), src).replace(os.sep, "/")
+                for name in names
+            ]
+        files = found
+    manifest = {}
+    for relpath in files:
+        parts = PurePosixPath(relpath).parts
+        if not parts or relpath.startswith("/") or ".." in parts:
+            raise AnsibleActionFail(
+                f"sync_tree: files entry {relpath!r} must be a path relative to src, without '..'"
+            )
+        if excluded(relpath, exclude):
+            continue
+        path = os.path.join(src, relpath)
+        if not os.path.isfile(path):
+            raise AnsibleActionFail(
+                f"sync_tree: {relpath!r} is not a file in {src}; fix files or src"
+            )
+        manifest[relpath] = file_sha256(path)
+    if not manifest:
+        raise AnsibleActionFail(
+            f"sync_tree: no file to ship from {src}; check src, files and exclude"
+        )
+    return manifest
+
+
+def write_archive(src: str, relpaths: list[str], archive: str) -> None:
+    """An uncompressed tar of relpaths (wheels do not compress); names only, no owners or times."""
+    with tarfile.open(archive, "w") as tar:
+        for relpath in relpaths:
+            info = tar.gettarinfo(os.path.join(src, relpath), arcname=relpath)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(os.path.join(src, relpath), "rb") as stream:
+                tar.addfile(info, stream)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False  # a remote temporary directory is made only when files must be sent
+    _VALID_ARGS = frozenset(
+        ("src", "dest", "files", "exclude", "owner", "group", "mode", "directory_mode")
+    )
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        if not args.get("src") or not args.get("dest"):
+            raise AnsibleActionFail("sync_tree: src and dest are required")
+        src = self._find_needle("files", os.path.expanduser(str(args["src"]).rstrip("/") or "/"))
+        exclude = args.get("exclude", list(DEFAULT_EXCLUDE))
+        manifest = build_manifest(src, args.get("files"), exclude)
+        module_args = {**args, "src": src, "exclude": exclude, "manifest": manifest}
+        result.update(
+            self._execute_module("sync_tree", module_args=module_args, task_vars=task_vars)
+        )
+        stale = result.get("updated") or []
+        if result.get("failed") or not stale or self._task.check_mode:
+            return result
+        with tempfile.TemporaryDirectory(prefix="sync_tree.") as local_dir:
+            local_archive = os.path.join(local_dir, "files.tar")
+            write_archive(src, stale, local_archive)
+            try:
+                if self._connection._shell.tmpdir is None:
+                    self._make_tmp_path()
+                remote_archive = self._connection._shell.join_path(
+                    self._connection._shell.tmpdir, "files.tar"
+                )
+                self._transfer_file(local_archive, remote_archive)
+                self._fixup_perms2((self._connection._shell.tmpdir, remote_archive))
+                sent = {**module_args, "archive": remote_archive}
+                second = self._execute_module("sync_tree", module_args=sent, task_vars=task_vars)
+            finally:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+        # The second run writes the stale files and sets owner, group and mode of every file.
+        result.update(second)
+        return result

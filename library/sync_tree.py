@@ -1,0 +1,283 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Ansible's module convention puts DOCUMENTATION, EXAMPLES and RETURN before the imports
+# (ansible-test's validate-modules reports imports above them), hence the E402 waiver.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sync_tree
+short_description: Copy a directory tree from the controller, one module run per host
+description:
+  - Makes a directory on the target hold the same files, with the same content, as a directory
+    on the controller, like M(ansible.builtin.copy) with a directory as O(src), but in one
+    module run per host when nothing differs, however many files the tree has.
+    M(ansible.builtin.copy) checks each file in a module run of its own.
+  - The action plugin of the same name hashes every file on the controller (SHA-256) and sends
+    the list; the target hashes its copies and answers with the files that are missing or
+    differ. Only those are sent, in one tar archive, and each is written to a temporary file
+    in its directory, checked against its hash and renamed into place, so a reader never sees
+    a half-written file.
+  - Owner, group and mode of every file and directory are set as given, on each run.
+  - Files on the target that are not in the tree are left alone.
+version_added: "0.1.0"
+options:
+  src:
+    description:
+      - Directory on the controller. A relative path is looked up like M(ansible.builtin.copy)'s
+        O(src) (the role's C(files/), then the playbook's directory).
+    type: path
+    required: true
+  dest:
+    description:
+      - Directory on the target; it is created with its parents when missing.
+    type: path
+    required: true
+  files:
+    description:
+      - Only these paths, relative to O(src). Without it, every file under O(src).
+    type: list
+    elements: str
+  exclude:
+    description:
+      - Shell patterns; a file is skipped when any component of its relative path matches one.
+      - The default keeps Python's bytecode caches of the controller off the target.
+    type: list
+    elements: str
+    default: ['__pycache__', '*.pyc']
+  owner:
+    description: Owner of the files and directories made or checked.
+    type: str
+  group:
+    description: Group of the files and directories made or checked.
+    type: str
+  mode:
+    description: Mode of every file, in octal, quoted.
+    type: raw
+    default: '0644'
+  directory_mode:
+    description: Mode of O(dest) and of every directory in the tree, in octal, quoted.
+    type: raw
+    default: '0755'
+  manifest:
+    description:
+      - Set by the action plugin, not by users. Relative path to SHA-256 of each file.
+    type: dict
+  archive:
+    description:
+      - Set by the action plugin, not by users. A tar archive on the target with the files
+        to write.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    details: Reports the files that would be written; nothing is sent or changed.
+  diff_mode:
+    support: none
+notes:
+  - Nothing is deleted: a file removed from O(src) stays on the target.
+  - Needs only the Python standard library on the target (Linux or macOS).
+seealso:
+  - module: ansible.builtin.copy
+  - module: ansible.posix.synchronize
+"""
+
+EXAMPLES = r"""
+- name: Ship the wheelhouse for an offline install
+  sync_tree:
+    src: "{{ coordinator_pip_wheelhouse }}"
+    dest: /opt/coordinator/wheels
+    owner: root
+    group: root
+
+- name: Ship two programs out of a larger directory
+  sync_tree:
+    src: "{{ playbook_dir }}/files"
+    dest: /opt/workers/app
+    files:
+      - worker_base.py
+      - worker_web.py
+    owner: worker
+  register: shipped
+  notify: Restart workers
+"""
+
+RETURN = r"""
+dest:
+  description: The directory on the target.
+  returned: always
+  type: str
+  sample: /opt/coordinator/wheels
+files:
+  description: How many files the tree has.
+  returned: always
+  type: int
+  sample: 22
+updated:
+  description:
+    - Relative paths of the files written (in check mode, that would be written) because they
+      were missing or their content differed. Changes of owner, group or mode alone are not
+      listed, but they do set C(changed).
+  returned: always
+  type: list
+  elements: str
+  sample: [coordinator/api.py]
+"""
+
+import hashlib
+import os
+import tarfile
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+CHUNK = 1 << 20
+
+
+class TreeError(Exception):
+    """A problem the user has to fix, worded for them."""
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_relative(relpath: str) -> str:
+    """Return relpath when it stays inside the tree; refuse absolute paths and '..'."""
+    parts = PurePosixPath(relpath).parts
+    if not parts or relpath.startswith("/") or ".." in parts:
+        raise TreeError(
+            f"{relpath!r} is not a path inside the tree: use a relative path without '..'"
+        )
+    return relpath
+
+
+def stale_files(dest: str, manifest: Mapping[str, str]) -> list[str]:
+    """Relative paths whose copy under dest is missing, not a regular file, or differs."""
+    stale = []
+    for relpath, digest in sorted(manifest.items()):
+        path = os.path.join(dest, check_relative(relpath))
+        if not os.path.isfile(path) or os.path.islink(path) or file_sha256(path) != digest:
+            stale.append(relpath)
+    return stale
+
+
+def tree_directories(manifest: Iterable[str]) -> list[str]:
+    """Every directory the files need, relative to dest, parents first ('' is dest itself)."""
+    found = {""}
+    for relpath in manifest:
+        parent = PurePosixPath(relpath).parent
+        while str(parent) != ".":
+            found.add(str(parent))
+            parent = parent.parent
+    return sorted(found, key=lambda d: (d.count("/") + bool(d), d))
+
+
+def write_from_archive(archive: str, dest: str, manifest: Mapping[str, str]) -> list[str]:
+    """Write the archive's members into dest, each checked against its manifest hash first."""
+    written = []
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            relpath = check_relative(member.name)
+            if not member.isfile() or relpath not in manifest:
+                raise TreeError(f"the archive holds {relpath!r}, which is not a file of the tree")
+            source = tar.extractfile(member)
+            if source is None:
+                raise TreeError(f"cannot read {relpath!r} from the archive")
+            target = os.path.join(dest, relpath)
+            handle, temporary = tempfile.mkstemp(prefix=".sync_tree.", dir=os.path.dirname(target))
+            try:
+                digest = hashlib.sha256()
+                with os.fdopen(handle, "wb") as out:
+                    for block in iter(lambda stream=source: stream.read(CHUNK), b""):
+                        digest.update(block)
+                        out.write(block)
+                if digest.hexdigest() != manifest[relpath]:
+                    raise TreeError(f"{relpath!r} arrived damaged (SHA-256 mismatch); run again")
+                os.replace(temporary, target)
+            except BaseException:
+                if os.path.exists(temporary):
+                    os.unlink(temporary)
+                raise
+            written.append(relpath)
+    return written
+
+
+def set_attributes(module: AnsibleModule, path: str, mode: Any, changed: bool) -> bool:
+    owner, group = module.params["owner"], module.params["group"]
+    if owner is not None:
+        changed = module.set_owner_if_different(path, owner, changed)
+    if group is not None:
+        changed = module.set_group_if_different(path, group, changed)
+    return module.set_mode_if_different(path, mode, changed)
+
+
+def run(module: AnsibleModule) -> dict[str, Any]:
+    dest = module.params["dest"]
+    manifest = module.params["manifest"]
+    if manifest is None:
+        raise TreeError("sync_tree runs through its action plugin; keep the task's name sync_tree")
+    archive = module.params["archive"]
+    changed = False
+    for relative in tree_directories(manifest):
+        directory = os.path.join(dest, relative) if relative else dest
+        if not os.path.isdir(directory):
+            changed = True
+            if module.check_mode:
+                continue
+            os.makedirs(directory)
+        if os.path.isdir(directory):
+            changed = set_attributes(module, directory, module.params["directory_mode"], changed)
+    if archive is None:
+        updated = stale_files(dest, manifest) if os.path.isdir(dest) else sorted(manifest)
+    else:
+        updated = write_from_archive(archive, dest, manifest)
+    if updated and archive is None:
+        # The action plugin sends these and calls again; nothing is set on them before that.
+        return {"changed": True, "dest": dest, "files": len(manifest), "updated": updated}
+    for relpath in sorted(manifest):
+        changed = set_attributes(
+            module, os.path.join(dest, relpath), module.params["mode"], changed
+        )
+    return {
+        "changed": changed or bool(updated),
+        "dest": dest,
+        "files": len(manifest),
+        "updated": updated,
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "src": {"type": "path", "required": True},
+            "dest": {"type": "path", "required": True},
+            "files": {"type": "list", "elements": "str"},
+            "exclude": {"type": "list", "elements": "str", "default": ["__pycache__", "*.pyc"]},
+            "owner": {"type": "str"},
+            "group": {"type": "str"},
+            "mode": {"type": "raw", "default": "0644"},
+            "directory_mode": {"type": "raw", "default": "0755"},
+            "manifest": {"type": "dict"},
+            "archive": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        module.exit_json(**run(module))
+    except (TreeError, OSError, tarfile.TarError) as error:
+        module.fail_json(msg=f"sync_tree to {module.params['dest']}: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""sync_tree: pure functions of the module and its action plugin, and real playbook runs
+(local connection) that check the first run ships, the second changes nothing, and only
+what differs is written again."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from action_plugins import sync_tree as action
+from library import sync_tree as module
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    (src / "pkg" / "sub").mkdir(parents=True)
+    (src / "pkg" / "__pycache__").mkdir()
+    (src / "top.py").write_text("print('top')\n")
+    (src / "pkg" / "a.py").write_text("A = 1\n")
+    (src / "pkg" / "sub" / "b.bin").write_bytes(bytes(range(256)) * 64)
+    (src / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\x00cache")
+    (src / "stray.pyc").write_bytes(b"\x00cache")
+    return src
+
+
+# --- pure functions ---------------------------------------------------------------------
+
+
+def test_manifest_skips_caches_and_hashes_content(tree: Path) -> None:
+    manifest = action.build_manifest(str(tree), None, action.DEFAULT_EXCLUDE)
+    assert sorted(manifest) == ["pkg/a.py", "pkg/sub/b.bin", "top.py"]
+    assert manifest["pkg/a.py"] == sha(b"A = 1\n")
+
+
+def test_manifest_of_listed_files_only(tree: Path) -> None:
+    assert list(action.build_manifest(str(tree), ["top.py"], action.DEFAULT_EXCLUDE)) == ["top.py"]
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (["missing.py"], "sync_tree: 'missing.py' is not a file in"),
+        (["../etc/passwd"], "must be a path relative to src, without '..'"),
+        (["/etc/passwd"], "must be a path relative to src, without '..'"),
+        (["stray.pyc"], "no file to ship from"),
+    ],
+)
+def test_manifest_refuses_bad_entries(tree: Path, files: list[str], message: str) -> None:
+    with pytest.raises(AnsibleActionFail, match=message.replace("(", r"\(").replace(".", r"\.")):
+        action.build_manifest(str(tree), files, action.DEFAULT_EXCLUDE)
+
+
+def test_manifest_refuses_a_missing_src(tmp_path: Path) -> None:
+    with pytest.raises(AnsibleActionFail) as error:
+        action.build_manifest(str(tmp_path / "nowhere"), None, action.DEFAULT_EXCLUDE)
+    assert (
+        str(error.value)
+        == f"sync_tree: src {tmp_path / 'nowhere'} is not a directory on the controller; fix src"
+    )
+
+
+def test_stale_files_finds_missing_and_different(tmp_path: Path) -> None:
+    (tmp_path / "same").write_text("x")
+    (tmp_path / "other").write_text("old")
+    (tmp_path / "dir").mkdir()
+    manifest = {"same": sha(b"x"), "other": sha(b"new"), "gone": sha(b"g"), "dir": sha(b"d")}
+    assert module.stale_files(str(tmp_path), manifest) == ["dir", "gone", "other"]
+
+
+def test_stale_files_does_not_follow_a_link(tmp_path: Path) -> None:
+    (tmp_path / "real").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert module.stale_files(str(tmp_path), {"link": sha(b"x")}) == ["link"]
+
+
+def test_tree_directories_parents_first() -> None:
+    assert module.tree_directories(["a/b/c.py", "a/d.py", "e.py"]) == ["", "a", "a/b"]
+
+
+@pytest.mark.parametrize("relpath", ["", "/abs", "../up", "a/../b"])
+def test_check_relative_refuses_escapes(relpath: str) -> None:
+    with pytest.raises(module.TreeError, match="is not a path inside the tree"):
+        module.check_relative(relpath)
+
+
+def archive_of(path: Path, members: dict[str, bytes]) -> str:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_write_from_archive_writes_checked_files(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "a").mkdir(parents=True)
+    archive = archive_of(tmp_path / "t.tar", {"a/x": b"new"})
+    assert module.write_from_archive(archive, str(dest), {"a/x": sha(b"new"), "y": sha(b"y")}) == [
+        "a/x"
+    ]
+    assert (dest / "a" / "x").read_bytes() == b"new"
+
+
+def test_write_from_archive_refuses_damaged_content_and_leaves_the_old_file(tmp_path: Path) -> None:
+    (tmp_path / "x").write_bytes(b"old")
+    archive = archive_of(tmp_path / "t.tar", {"x": b"evil"})
+    with pytest.raises(module.TreeError, match="'x' arrived damaged"):
+        module.write_from_archive(archive, str(tmp_path), {"x": sha(b"good")})
+    assert (tmp_path / "x").read_bytes() == b"old"
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".sync_tree.")]
+
+
+def test_write_from_archive_refuses_a_member_outside_the_manifest(tmp_path: Path) -> None:
+    archive = archive_of(tmp_path / "t.tar", {"../escape": b"x"})
+    with pytest.raises(module.TreeError, match="is not a path inside the tree"):
+        module.write_from_archive(archive, str(tmp_path), {"x": sha(b"x")})
+
+
+def test_archive_written_by_the_plugin_round_trips(tree: Path, tmp_path: Path) -> None:
+    manifest = action.build_manifest(str(tree), None, action.DEFAULT_EXCLUDE)
+    archive = tmp_path / "files.tar"
+    action.write_archive(str(tree), sorted(manifest), str(archive))
+    dest = tmp_path / "dest"
+    for directory in module.tree_directories(manifest):
+        (dest / directory).mkdir(parents=True, exist_ok=True)
+    assert sorted(module.write_from_archive(str(archive), str(dest), manifest)) == sorted(manifest)
+    assert module.stale_files(str(dest), manifest) == []
+
+
+# --- playbook runs ----------------------------------------------------------------------
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Sync
+      sync_tree: "{{ sync_args }}"
+      register: synced
+    - name: Show
+      ansible.builtin.debug:
+        msg: "SYNCED {{ synced | to_json }}"
+"""
+
+
+def run_sync(tmp_path: Path, args: dict, *extra: str) -> tuple[int, dict | None, str]:
+    playbook = tmp_path / "sync.yml"
+    playbook.write_text(PLAYBOOK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="json",
+    )
+    run = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            json.dumps({"sync_args": args, "ansible_python_interpreter": sys.executable}),
+            *extra,
+            str(playbook),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    report = json.loads(run.stdout)
+    results = report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run.returncode, results, run.stdout
+
+
+def test_first_run_ships_second_changes_nothing_then_only_the_difference(
+    tree: Path, tmp_path: Path
+) -> None:
+    dest = tmp_path / "dest"
+    args = {"src": str(tree), "dest": str(dest), "mode": "0640", "directory_mode": "0750"}
+
+    rc, first, _ = run_sync(tmp_path, args)
+    assert rc == 0 and first["changed"] is True
+    assert first["updated"] == ["pkg/a.py", "pkg/sub/b.bin", "top.py"] and first["files"] == 3
+    assert (dest / "pkg" / "sub" / "b.bin").read_bytes() == (
+        tree / "pkg" / "sub" / "b.bin"
+    ).read_bytes()
+    assert not (dest / "pkg" / "__pycache__").exists() and not (dest / "stray.pyc").exists()
+    assert oct((dest / "top.py").stat().st_mode & 0o777) == "0o640"
+    assert oct((dest / "pkg" / "sub").stat().st_mode & 0o777) == "0o750"
+
+    rc, second, _ = run_sync(tmp_path, args)
+    assert rc == 0 and second["changed"] is False and second["updated"] == []
+
+    untouched = (dest / "pkg" / "sub" / "b.bin").stat().st_ino
+    (dest / "pkg" / "a.py").write_text("A = 2  # edited on the node\n")
+    (dest / "top.py").chmod(0o600)
+    rc, third, _ = run_sync(tmp_path, args)
+    assert rc == 0 and third["changed"] is True and third["updated"] == ["pkg/a.py"]
+    assert (dest / "pkg" / "a.py").read_text() == "A = 1\n"
+    assert oct((dest / "top.py").stat().st_mode & 0o777) == "0o640"
+    assert (dest / "pkg" / "sub" / "b.bin").stat().st_ino == untouched
+
+
+def test_check_mode_reports_and_writes_nothing(tree: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    rc, result, _ = run_sync(
+        tmp_path, {"src": str(tree), "dest": str(dest), "files": ["top.py"]}, "--check"
+    )
+    assert rc == 0 and result["changed"] is True and result["updated"] == ["top.py"]
+    assert not dest.exists()
+
+
+def test_a_missing_file_fails_with_what_to_fix(tree: Path, tmp_path: Path) -> None:
+    rc, result, _ = run_sync(
+        tmp_path, {"src": str(tree), "dest": str(tmp_path / "d"), "files": ["nope.py"]}
+    )
+    assert rc == 2 and result["failed"] is True
+    assert result["msg"] == f"sync_tree: 'nope.py' is not a file in {tree}; fix files or src"
