@@ -78,7 +78,7 @@ attributes:
   diff_mode:
     support: none
 notes:
-  - Nothing is deleted: a file removed from O(src) stays on the target.
+  - Nothing is deleted; a file removed from O(src) stays on the target.
   - Needs only the Python standard library on the target (Linux or macOS).
 seealso:
   - module: ansible.builtin.copy
@@ -257,22 +257,22 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     }
 
 
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "src": {"type": "path", "required": True},
+    "dest": {"type": "path", "required": True},
+    "files": {"type": "list", "elements": "str"},
+    "exclude": {"type": "list", "elements": "str", "default": ["__pycache__", "*.pyc"]},
+    "owner": {"type": "str"},
+    "group": {"type": "str"},
+    "mode": {"type": "raw", "default": "0644"},
+    "directory_mode": {"type": "raw", "default": "0755"},
+    "manifest": {"type": "dict"},
+    "archive": {"type": "path"},
+}
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "src": {"type": "path", "required": True},
-            "dest": {"type": "path", "required": True},
-            "files": {"type": "list", "elements": "str"},
-            "exclude": {"type": "list", "elements": "str", "default": ["__pycache__", "*.pyc"]},
-            "owner": {"type": "str"},
-            "group": {"type": "str"},
-            "mode": {"type": "raw", "default": "0644"},
-            "directory_mode": {"type": "raw", "default": "0755"},
-            "manifest": {"type": "dict"},
-            "archive": {"type": "path"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         module.exit_json(**run(module))
     except (TreeError, OSError, tarfile.TarError) as error:

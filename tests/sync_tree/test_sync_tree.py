@@ -235,3 +235,38 @@ def test_a_missing_file_fails_with_what_to_fix(tree: Path, tmp_path: Path) -> No
     )
     assert rc == 2 and result["failed"] is True
     assert result["msg"] == f"sync_tree: 'nope.py' is not a file in {tree}; fix files or src"
+
+
+# --- documentation ----------------------------------------------------------------------
+
+
+def test_documentation_matches_the_argument_spec_and_the_results(
+    tree: Path, tmp_path: Path
+) -> None:
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-doc"),
+            "-M",
+            str(REPO / "library"),
+            "--json",
+            "sync_tree",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc = json.loads(out.stdout)["sync_tree"]
+    options = doc["doc"]["options"]
+    assert sorted(options) == sorted(module.ARGUMENT_SPEC)
+    for name, spec in module.ARGUMENT_SPEC.items():
+        assert options[name]["type"] == spec["type"], name
+        assert options[name].get("default") == spec.get("default"), name
+        assert options[name].get("required", False) == spec.get("required", False), name
+    assert tuple(module.ARGUMENT_SPEC["exclude"]["default"]) == action.DEFAULT_EXCLUDE
+    rc, result, _ = run_sync(tmp_path, {"src": str(tree), "dest": str(tmp_path / "d")})
+    assert rc == 0
+    # Ansible and the json callback add these (and the attributes of dest, as for copy); the
+    # warning is the test playbook's args given as one template.
+    added = {"changed", "invocation", "_ansible_no_log", "uid", "gid", "owner", "group", "mode"}
+    added |= {"state", "size", "path", "secontext", "action", "warnings"}
+    assert sorted(doc["return"]) == sorted(set(result) - added)
