@@ -22,7 +22,7 @@ def lab_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(name="lab_env")
+@pytest.fixture(name="lab_env", scope="module")
 def lab_env_fixture() -> dict[str, str]:
     """Environment for podman and molecule: the lab's containers.conf, the venv first on PATH."""
     return lab_env()
