@@ -7,16 +7,15 @@ Builds its own copy of the three-node lab (containers ``bench-*`` on the podman 
 must report ``changed=0`` on every host (otherwise the script stops and names the host and the
 changed tasks). Variants, each repeated ``--repeats`` times, in rotation:
 
-    plain        ANSIBLE_PIPELINING=0 (the podman connection has no pipelining anyway)
-    pipelining   ANSIBLE_PIPELINING=1
+    plain        the repository's settings: the lab's own connection (lab_podman, which
+                 pipelines: one ``podman exec`` per module) and ``pipelining = true``
+    collection   the connection the lab used before, containers.podman.podman, which cannot
+                 pipeline (``-e ansible_connection=containers.podman.podman``)
+    nopipelining ANSIBLE_PIPELINING=0
     factcache    ANSIBLE_CACHE_PLUGIN=jsonfile, ANSIBLE_CACHE_PLUGIN_CONNECTION=<dir>,
                  ANSIBLE_GATHERING=smart (the cache filled once before the timed runs)
-    execstdin    a connection plugin written by this script into a temporary directory: the
-                 collection's podman plugin with pipelining allowed and the module sent on
-                 the stdin of ``podman exec --interactive`` (the roles and playbooks are
-                 unchanged; selected with ``-e ansible_connection=bench_podman``)
 
-Variants combine with ``+`` (``pipelining+factcache``); ``variant:N`` sets its number of runs.
+Variants combine with ``+`` (``collection+factcache``); ``variant:N`` sets its number of runs.
 Every run counts its podman commands (``exec``, ``mount``, ``cp``; a two-line shell wrapper set
 as the connection's ``podman_executable`` logs each call, costing one ``sh`` start per call)
 and the Ansible modules run, and has the ``ansible.posix.profile_tasks`` callback on, which
@@ -31,11 +30,8 @@ at least the number of nodes. The script holds ``.lab/molecule.lock`` while its 
 exist and removes them and the network at the end, also on Ctrl-C or SIGTERM. The figures in
 docs/benchmarks.md come from:
 
-    .venv/bin/python bench/reprovision.py --nodes 3 6 9 --budget 72 --repeats 1 \
-        --variants plain,pipelining,factcache,pipelining+factcache,execstdin+factcache \
-        --scale-variants plain,execstdin+factcache
-    .venv/bin/python bench/reprovision.py --nodes 6 --budget 20 --repeats 1 \
-        --variants plain,execstdin+factcache
+    .venv/bin/python bench/reprovision.py --nodes 3 --variants plain:2,collection:1 \
+        --budget 45
 
 (``--budget``: no new run starts after that many minutes; the table has what was measured.)
 """
@@ -69,7 +65,7 @@ NETWORK = "bench-lab"
 SUBNET = "10.89.26.0/24"
 PREFIX = "bench-"
 VENV_BIN = REPO / ".venv" / "bin"
-FEATURES = ("pipelining", "factcache", "execstdin")
+FEATURES = ("collection", "nopipelining", "factcache")
 
 TASK_HEADER = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$")
 CHANGED = re.compile(r"^changed: \[([^\]\s]+)")
@@ -154,48 +150,6 @@ def seed_apt_cache(origin: dict[str, str]) -> None:
 
 # -- ansible runs --------------------------------------------------------------------------
 
-EXECSTDIN_PLUGIN = '''
-"""containers.podman.podman with pipelining: the module goes to the stdin of
-``podman exec --interactive``; the container is mounted only when a file is copied."""
-from ansible.plugins.connection import ConnectionBase, ensure_connect
-from ansible.module_utils._text import to_native
-from ansible_collections.containers.podman.plugins.connection.podman import (
-    Connection as PodmanConnection)
-import shlex
-
-
-class Connection(PodmanConnection):
-    transport = "bench_podman"
-    has_pipelining = True
-
-    def _connect(self):
-        ConnectionBase._connect(self)
-        self._connected = True
-        return self
-
-    def _mount(self):
-        if self._mount_point is None:
-            PodmanConnection._connect(self)
-
-    @ensure_connect
-    def exec_command(self, cmd, in_data=None, sudoable=False):
-        ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
-        args = ["exec", "--interactive"] if in_data else ["exec"]
-        if self.user:
-            args.extend(("--user", self.user))
-        return self._podman(args, shlex.split(to_native(cmd, errors="surrogate_or_strict")),
-                            in_data)
-
-    def put_file(self, in_path, out_path):
-        self._mount()
-        return PodmanConnection.put_file(self, in_path, out_path)
-
-    def fetch_file(self, in_path, out_path):
-        self._mount()
-        return PodmanConnection.fetch_file(self, in_path, out_path)
-'''
-
-
 def write_podman_wrapper(path: Path) -> None:
     """podman that first logs its arguments to $BENCH_PODMAN_LOG (one line per call)."""
     podman = shutil.which("podman")
@@ -204,17 +158,6 @@ def write_podman_wrapper(path: Path) -> None:
     path.write_text(f'#!/bin/sh\nprintf \'%s\\n\' "$*" >> "$BENCH_PODMAN_LOG"\n'
                     f'exec {podman} "$@"\n')
     path.chmod(0o755)
-
-
-def write_execstdin_plugin(directory: Path) -> None:
-    """The plugin's options are the collection plugin's, read from its DOCUMENTATION (which
-    Ansible parses from the file's source, so it is written in as a literal)."""
-    from ansible_collections.containers.podman.plugins.connection import podman
-
-    doc = re.sub(r"^(\s*)name: podman$", r"\1name: bench_podman", podman.DOCUMENTATION,
-                 count=1, flags=re.M)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "bench_podman.py").write_text(f"DOCUMENTATION = {doc!r}\n{EXECSTDIN_PLUGIN}")
 
 
 @dataclass
@@ -262,13 +205,11 @@ class Bench:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.cache_dir = tmp / "facts"
-        self.plugin_dir = tmp / "connection_plugins"
         self.podman_wrapper = tmp / "podman-logged"
         write_podman_wrapper(self.podman_wrapper)
         self.logs = lablib.STATE_DIR / "logs" / "reprovision"
         shutil.rmtree(self.logs, ignore_errors=True)
         self.logs.mkdir(parents=True)
-        write_execstdin_plugin(self.plugin_dir)
         self.count = 0
         self.figures: list[Figures] = []
 
@@ -278,8 +219,7 @@ class Bench:
             CONTAINERS_CONF=str(REPO / "lab" / "containers.conf"),
             PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
             ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_FORKS=str(forks),
-            ANSIBLE_PIPELINING="1" if features & {"pipelining", "execstdin"} else "0",
-            ANSIBLE_CONNECTION_PLUGINS=str(self.plugin_dir),
+            ANSIBLE_PIPELINING="0" if "nopipelining" in features else "1",
             ANSIBLE_PODMAN_EXECUTABLE=str(self.podman_wrapper),
             ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
             PROFILE_TASKS_TASK_OUTPUT_LIMIT="all", PROFILE_TASKS_SORT_ORDER="none")
@@ -295,8 +235,8 @@ class Bench:
         """Run an ansible command; its output goes to a log file in the temporary directory."""
         self.count += 1
         cmd = [str(VENV_BIN / argv[0]), "-i", str(inventory), *argv[1:]]
-        if "execstdin" in features:
-            cmd += ["-e", "ansible_connection=bench_podman"]
+        if "collection" in features:
+            cmd += ["-e", "ansible_connection=containers.podman.podman"]
         log = self.logs / f"{self.count:03d}-{label}.log"
         calls = self.logs / f"{self.count:03d}-{label}.podman"
         env = dict(self.env(features, forks), BENCH_PODMAN_LOG=str(calls), **(extra_env or {}))
@@ -326,7 +266,10 @@ class Bench:
         if calls.exists():
             for line in calls.read_text().splitlines():
                 words = line.split(maxsplit=1)
-                run.podman[words[0] if words else "?"] += 1
+                kind = words[0] if words else "?"
+                if line.startswith("exec --interactive"):  # lab_podman: stdin carries it
+                    kind = "exec of a file" if 'cat > "$1"' in line else "exec of a module"
+                run.podman[kind] += 1
                 module = MODULE.search(line)
                 if module and words[0] == "exec":
                     run.modules[module[1]] += 1
@@ -396,8 +339,9 @@ def describe(run: Run, label: str) -> None:
     print(f"    {label}: {run.task_headers} tasks, {run.host_tasks} task results, podman calls "
           f"{calls} ({', '.join(f'{k} {v}' for k, v in run.podman.most_common())}), "
           f"{calls / max(run.host_tasks, 1):.1f} per task result")
-    print("      modules run (podman exec of AnsiballZ_*): "
-          + ", ".join(f"{k} {v}" for k, v in run.modules.most_common(8)))
+    if run.modules:  # only without pipelining do the module names show in podman calls
+        print("      modules run (podman exec of AnsiballZ_*): "
+              + ", ".join(f"{k} {v}" for k, v in run.modules.most_common(8)))
     seconds = run.task_seconds
     spent = sum(seconds.values())
     print(f"      costliest tasks (profile_tasks, of {spent:.0f} s):")
@@ -447,12 +391,6 @@ def measure(bench: Bench, inventory: Path, nodes: int, variants: dict[str, int],
                 run = bench.run(["ansible-playbook", "site.yml"], inventory,
                                 features_of(variant), forks,
                                 f"noop-{nodes}-{variant.replace('+', '-')}-{repeat}")
-                if run.returncode != 0 and "execstdin" in variant:
-                    # The experimental connection is dropped, not the benchmark.
-                    print(f"  {label}: FAILED (rc {run.returncode}), variant dropped:\n"
-                          + "\n".join(run.output.splitlines()[-15:]), flush=True)
-                    del runs[variant]
-                    continue
                 check_noop(run, label)
                 runs[variant].append(run)
                 print(f"  {label}: {run.seconds:6.1f} s  changed=0 on {len(run.recap)} hosts  "
@@ -470,10 +408,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, nargs="+", default=[3],
                    help="lab sizes, increasing (default 3; the figures: 3 6 9)")
-    p.add_argument("--variants", default="plain,pipelining,factcache,pipelining+factcache",
+    p.add_argument("--variants", default="plain,collection",
                    help="variants at the first size, comma-separated: plain, or features "
                         f"({', '.join(FEATURES)}) joined with +; variant:N for N runs")
-    p.add_argument("--scale-variants", default="plain,factcache",
+    p.add_argument("--scale-variants", default="plain",
                    help="variants at the larger sizes")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant")
     p.add_argument("--scale-repeats", type=int, default=0,
