@@ -157,6 +157,21 @@ class Lab:
             os.killpg(proc.pid, signal.SIGKILL)  # its own session: pgid == pid, only ours
         proc.wait()
 
+    def cpu_parts(self) -> dict[str, list[int]]:
+        """Root process ids of each part, for ``cpu_by_part``."""
+        assert self.pg is not None and self.redis is not None and self.redis.proc is not None
+        postmaster = int((self.pg.datadir / "postmaster.pid").read_text().split()[0])
+        names = [Path(str(proc.args[-1])).name for proc in self.procs]
+        return {
+            "Coordinator": [p.pid for p, n in zip(self.procs, names, strict=True)
+                            if n == "coordinator"],
+            "workers": [p.pid for p, n in zip(self.procs, names, strict=True)
+                        if n == "noop-worker"],
+            "PostgreSQL": [postmaster],
+            "Redis": [self.redis.proc.pid],
+            "load generator": [os.getpid()],
+        }
+
     def close(self) -> None:
         # Ctrl-C during cleanup would leave servers behind: ignore it until done.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -174,6 +189,40 @@ class Lab:
 
 
 # -- load --------------------------------------------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_table() -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent pid, own CPU seconds, CPU seconds of its reaped children), from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = (Path("/proc") / entry / "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is fields[0]
+        ppid, utime, stime, cutime, cstime = (int(fields[i]) for i in (1, 11, 12, 13, 14))
+        table[int(entry)] = (ppid, (utime + stime) / CLOCK_TICKS, (cutime + cstime) / CLOCK_TICKS)
+    return table
+
+
+def cpu_by_part(parts: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds used so far by each part: its root processes, their live descendants and
+    the descendants they have reaped (PostgreSQL's exited backends)."""
+    table = process_table()
+    owner = {pid: name for name, pids in parts.items() for pid in pids}
+    used = dict.fromkeys(parts, 0.0)
+    for pid, (_ppid, own, reaped) in table.items():
+        ancestor, hops = pid, 0
+        while ancestor not in owner and ancestor in table and hops < 64:
+            ancestor, hops = table[ancestor][0], hops + 1
+        if ancestor in owner:
+            used[owner[ancestor]] += own + (reaped if pid == ancestor else 0.0)
+    return used
+
 
 def route_request(url: str, prompt: str, task_type: str = "web_search") -> bytes:
     host, port = url.removeprefix("http://").split(":")

@@ -6,9 +6,11 @@ Starts a throwaway PostgreSQL (fsync and synchronous_commit on), a throwaway Red
 work returns at once, each a real subprocess on the shared queue ``tasks:web``). For 1, 2
 and 4 workers it sends N ``web_search`` tasks through ``POST /route`` as fast as C clients
 get answers, waits until every task is done, and reports tasks/s, p50/p99 of ``POST
-/route`` (client side), and p50/p99 of created→started (dispatch) and created→done from the
-tasks table's own timestamps. Then a fixed-rate run (``--rate``, open loop) gives the
-dispatch latency at a steady load. The figures in docs/benchmarks.md come from:
+/route`` (client side), p50/p99 of created→started (dispatch) and created→done from the
+tasks table's own timestamps, and the CPU time per task of each part (Coordinator, workers,
+PostgreSQL with its backends, Redis, this load generator; from /proc). Then a fixed-rate
+run (``--rate``, open loop) gives the dispatch latency at a steady load. The figures in
+docs/benchmarks.md come from:
 
     .venv/bin/python bench/dispatch.py --tasks 5000 --rate 200 --rate-tasks 3000
 """
@@ -38,10 +40,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def report(label: str, lab: common.Lab, tag: str, n: int,
-           load: tuple[list[float], dict[int, int], float], load_before: str) -> bool:
+           load: tuple[list[float], dict[int, int], float], load_before: str,
+           cpu_before: dict[str, float]) -> bool:
     latencies, statuses, _elapsed = load
     assert lab.pg is not None
     finished = common.wait_finished(lab.pg.dsn, tag, n, timeout=max(60.0, n / 50))
+    cpu_after = common.cpu_by_part(lab.cpu_parts())
     f = common.task_figures(lab.pg.dsn, tag)
     latencies.sort()
     print(f"{label}: {n} tasks, {f['done']} done ({finished} finished)")
@@ -53,6 +57,9 @@ def report(label: str, lab: common.Lab, tag: str, n: int,
           "   (created → started)")
     print(f"  end to end   p50 {common.ms(f['total_p50'])}   p99 {common.ms(f['total_p99'])}"
           "   (created → done)")
+    spent = {part: (cpu_after[part] - cpu_before.get(part, 0.0)) * 1000 / n for part in cpu_after}
+    print(f"  CPU per task {sum(spent.values()):.2f} ms: "
+          + ", ".join(f"{part} {ms:.2f}" for part, ms in spent.items()))
     print(f"  load average {load_before} before, {common.load_average()} after")
     return f["done"] == n and statuses.get(201, 0) == n
 
@@ -76,16 +83,16 @@ def main(argv: list[str] | None = None) -> int:
                 assert lab.pg is not None
                 common.wait_finished(lab.pg.dsn, tag, args.warmup, timeout=120)
             tag = common.new_tag(f"closed{count}")
-            before = common.load_average()
+            before, cpu = common.load_average(), common.cpu_by_part(lab.cpu_parts())
             load = common.closed_loop(lab.url, tag, args.tasks, args.concurrency)
             ok &= report(f"closed loop, {count} worker(s), {args.concurrency} clients", lab,
-                         tag, args.tasks, load, before)
+                         tag, args.tasks, load, before, cpu)
         if args.rate > 0:
             tag = common.new_tag("rate")
-            before = common.load_average()
+            before, cpu = common.load_average(), common.cpu_by_part(lab.cpu_parts())
             load = common.fixed_rate(lab.url, tag, args.rate_tasks, args.rate)
             ok &= report(f"fixed rate {args.rate:g} tasks/s ({load[2]:.1f} s), {running} "
-                         "worker(s)", lab, tag, args.rate_tasks, load, before)
+                         "worker(s)", lab, tag, args.rate_tasks, load, before, cpu)
     print(f"after: {common.uptime()}")
     return 0 if ok else 1
 
