@@ -23,11 +23,15 @@ description:
   - For the container lab of this repository (inventory/lab, molecule); a real cluster uses SSH.
 options:
   remote_addr:
-    description: Name or id of the container.
-    default: inventory_hostname
+    description:
+      - Name or id of the container; the inventory name by default.
+      - The delegated host's under C(delegate_to).
     vars:
       - name: inventory_hostname
+      - name: ansible_host
       - name: ansible_podman_host
+      - name: delegated_vars['ansible_host']
+      - name: delegated_vars['ansible_podman_host']
   remote_user:
     description: User inside the container (C(podman exec --user)); the image's by default.
     vars:

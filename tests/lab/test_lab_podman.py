@@ -1,6 +1,6 @@
 """The lab's connection plugin (lab/connection_plugins/lab_podman.py) against a real container:
-one `podman exec` per module, files both ways byte for byte, become, and the messages a user
-sees when the container or podman is missing."""
+one `podman exec` per module, files both ways byte for byte, become, delegate_to reaching the
+delegated container, and the messages a user sees when the container or podman is missing."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from lab import lab
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER = "labpodman-test"
+PEER = "labpodman-peer"
 IMAGE = "localhost/coordinator-lab-node:bookworm"
 
 PLAYBOOK = """
@@ -47,12 +48,14 @@ PLAYBOOK = """
 
 @pytest.fixture(scope="module")
 def container(podman_ready: None, lab_env: dict[str, str]) -> str:
+    """CONTAINER and PEER, each with its own name as its host name."""
     subprocess.run([str(REPO / "lab" / "image" / "build.sh")], check=True, env=lab_env)
-    lab.podman("rm", "--force", "--ignore", CONTAINER, capture=True)
-    lab.podman("run", "--detach", "--name", CONTAINER, "--network", "none", IMAGE,
-               "sleep", "infinity", capture=True)
+    for name in (CONTAINER, PEER):
+        lab.podman("rm", "--force", "--ignore", name, capture=True)
+        lab.podman("run", "--detach", "--name", name, "--hostname", name, "--network", "none",
+                   IMAGE, "sleep", "infinity", capture=True)
     yield CONTAINER
-    lab.podman("rm", "--force", "--time", "0", CONTAINER, capture=True)
+    lab.podman("rm", "--force", "--time", "0", CONTAINER, PEER, capture=True)
 
 
 def ansible(env: dict[str, str], *args: str, podman_log: Path | None = None):
@@ -96,6 +99,38 @@ def test_files_travel_intact_and_become_works(container: str, lab_env: dict[str,
     assert report == {"sent": True, "again": False,
                       "hash": hashlib.sha256(blob.read_bytes()).hexdigest(), "who": "root"}
     assert fetched.read_bytes() == blob.read_bytes()
+
+
+DELEGATION = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Here
+      ansible.builtin.command: hostname
+      register: here
+      changed_when: false
+    - name: There
+      ansible.builtin.command: hostname
+      delegate_to: "{{ peer }}"
+      register: there
+      changed_when: false
+    - name: Report
+      ansible.builtin.debug:
+        msg: "{{ here.stdout }} {{ there.stdout }}"
+"""
+
+
+def test_delegate_to_runs_in_the_delegated_container(container: str, lab_env: dict[str, str],
+                                                     tmp_path: Path):
+    playbook = tmp_path / "delegate.yml"
+    playbook.write_text(DELEGATION)
+    run = ansible(dict(lab_env, ANSIBLE_STDOUT_CALLBACK="json"), "ansible-playbook",
+                  "-i", f"{container},{PEER},", "--limit", container, "-c", "lab_podman",
+                  "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", f"peer={PEER}",
+                  str(playbook))
+    assert run.returncode == 0, run.stdout + run.stderr
+    last_task = json.loads(run.stdout)["plays"][0]["tasks"][-1]
+    assert last_task["hosts"][container]["msg"] == f"{container} {PEER}"
 
 
 def test_a_missing_container_is_named(podman_ready: None, lab_env: dict[str, str]):
