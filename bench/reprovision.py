@@ -271,7 +271,8 @@ class Bench:
                     kind = "exec of a file" if 'cat > "$1"' in line else "exec of a module"
                 run.podman[kind] += 1
                 module = MODULE.search(line)
-                if module and words[0] == "exec":
+                # Each module shows twice (its chmod, then its run): count the run only.
+                if module and words[0] == "exec" and "python" in line and "chmod" not in line:
                     run.modules[module[1]] += 1
         return run
 
