@@ -20,23 +20,12 @@ from typing import Any
 
 import requests
 
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "files"
 PYTHON = sys.executable
 MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
-
-
-def wait_until(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.1)
 
 
 class Process:

@@ -16,7 +16,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 DB_NAME = "coordinator"
 DB_USER = "coordinator"
@@ -36,6 +38,21 @@ def _pg_bindir() -> Path:
             "PostgreSQL server binaries not found: run 'apt-get install postgresql' first"
         )
     return Path(candidates[0]).parent
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str = "condition", interval: float = 0.1
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy and return that; after ``timeout``
+    seconds raise TimeoutError naming ``what``. Shared by the test suites and benchmarks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
 
 
 def wait_for_port(port: int, timeout: float, what: str) -> None:

@@ -8,7 +8,6 @@ import contextlib
 import os
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import uvicorn
 
 from coordinator.app import create_app
 from coordinator.config import Config, load_config
+from lab.throwaway import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ROOT / "files"
@@ -28,15 +28,8 @@ FILES = ROOT / "files"
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
              what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """lab.throwaway.wait_until with this suite's defaults (10 s, polled every 50 ms)."""
+    return wait_until(predicate, timeout, what, interval)
 
 
 class ServerThread:

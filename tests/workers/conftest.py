@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 import redis
 import requests
 
+from lab import throwaway
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,15 +35,8 @@ DEFAULT_WAIT = 20.0
 
 def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_WAIT,
                what: str = "condition") -> Any:
-    """Poll until `predicate` returns something truthy; return it, or fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.1)
+    """lab.throwaway.wait_until with this suite's default timeout."""
+    return throwaway.wait_until(predicate, timeout, what)
 
 
 class Service:
