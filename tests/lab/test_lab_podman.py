@@ -58,10 +58,12 @@ def container(podman_ready: None, lab_env: dict[str, str]) -> str:
     lab.podman("rm", "--force", "--time", "0", CONTAINER, PEER, capture=True)
 
 
-def ansible(env: dict[str, str], *args: str, podman_log: Path | None = None):
+def ansible(env: dict[str, str], *args: str, podman_log: Path | None = None,
+            json_output: bool = False):
     run_env = {k: v for k, v in env.items() if not k.startswith("ANSIBLE_")}
     run_env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run_env.update({k: v for k, v in env.items() if k == "ANSIBLE_STDOUT_CALLBACK"})
+    if json_output:
+        run_env["ANSIBLE_STDOUT_CALLBACK"] = "json"
     if podman_log is not None:
         wrapper = podman_log.with_suffix(".sh")
         wrapper.write_text(f'#!/bin/sh\necho "$*" >> {podman_log}\nexec podman "$@"\n')
@@ -89,10 +91,11 @@ def test_files_travel_intact_and_become_works(container: str, lab_env: dict[str,
     fetched = tmp_path / "fetched.bin"
     playbook = tmp_path / "play.yml"
     playbook.write_text(PLAYBOOK)
-    run = ansible(dict(lab_env, ANSIBLE_STDOUT_CALLBACK="json"), "ansible-playbook",
+    run = ansible(lab_env, "ansible-playbook",
                   "-i", f"{container},", "-c", "lab_podman",
                   "-e", "ansible_python_interpreter=/usr/bin/python3",
-                  "-e", json.dumps({"blob": str(blob), "fetched": str(fetched)}), str(playbook))
+                  "-e", json.dumps({"blob": str(blob), "fetched": str(fetched)}), str(playbook),
+                  json_output=True)
     assert run.returncode == 0, run.stdout + run.stderr
     last_task = json.loads(run.stdout)["plays"][0]["tasks"][-1]
     report = json.loads(last_task["hosts"][container]["msg"].removeprefix("REPORT "))
@@ -124,10 +127,10 @@ def test_delegate_to_runs_in_the_delegated_container(container: str, lab_env: di
                                                      tmp_path: Path):
     playbook = tmp_path / "delegate.yml"
     playbook.write_text(DELEGATION)
-    run = ansible(dict(lab_env, ANSIBLE_STDOUT_CALLBACK="json"), "ansible-playbook",
+    run = ansible(lab_env, "ansible-playbook",
                   "-i", f"{container},{PEER},", "--limit", container, "-c", "lab_podman",
                   "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", f"peer={PEER}",
-                  str(playbook))
+                  str(playbook), json_output=True)
     assert run.returncode == 0, run.stdout + run.stderr
     last_task = json.loads(run.stdout)["plays"][0]["tasks"][-1]
     assert last_task["hosts"][container]["msg"] == f"{container} {PEER}"
