@@ -1,15 +1,13 @@
-"""What the Coordinator's workers share (all but worker_web.py, which is shipped alone).
+"""What the Coordinator's workers share: worker_web.py and worker_infer.py subclass `Worker`.
 
 A worker subclasses `Worker`, names its program, kind, version and queues, adds its backend
 checks and `execute`, and calls `main(MyWorker, MyConfig)`. This module does the rest, as
 docs/design.md describes it: configuration from the environment, the start-up checks
-(Redis, PostgreSQL login and a write to `tasks`), the session advisory lock that allows one
-process per WORKER_ID, registration and heartbeats, the reliable take
+(Redis, PostgreSQL login and a write to `tasks`, then the worker's own backends; `--check`
+runs only these), the session advisory lock that allows one process per WORKER_ID,
+registration, heartbeats and the goodbye at exit, the reliable take
 (`BLMOVE <queue> processing:<id> RIGHT LEFT`), the guarded claim and result write (retried
 until PostgreSQL takes it), recovery of the processing list, and SIGTERM.
-
-worker_web.py carries its own copy of these parts; tests/workers/test_contract.py keeps the
-SQL of both identical.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlparse
 
 import psycopg2
 import psycopg2.errors
@@ -39,7 +38,7 @@ import requests
 TAKE_BLOCK_SECONDS = 1
 MAX_RETRY_DELAY = 5.0
 
-# Guarded transitions of docs/design.md, identical to worker_web.py's.
+# Guarded transitions of docs/design.md.
 # The claim is committed without waiting for its WAL flush (the created row and the result
 # are flushed): bench/dispatch.py found every commit's fsync in series with the next. If
 # PostgreSQL crashes before a later flush, the task is `queued` again and runs again
@@ -271,6 +270,13 @@ def is_loopback(host: str | None) -> bool:
     return host in (None, "localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
+def ollama_models(base_url: str, timeout: float) -> list[str]:
+    """The names of the models an Ollama server has (`GET /api/tags`)."""
+    response = requests.get(f"{base_url}/api/tags", timeout=timeout)
+    response.raise_for_status()
+    return [model["name"] for model in response.json().get("models", [])]
+
+
 def has_model(names: list[str], model: str) -> bool:
     """Ollama matches names case-insensitively, and a name without a tag means `:latest`."""
     wanted = model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"
@@ -325,6 +331,10 @@ class Worker:
         if cfg.coordinator_token:
             self.http.headers["Authorization"] = f"Bearer {cfg.coordinator_token}"
         self.heartbeat_interval = 10.0
+        self.heartbeat_thread = threading.Thread(target=self.heartbeat_loop, name="heartbeat",
+                                                 daemon=True)
+        # Set once the worker says goodbye: no heartbeat may follow it.
+        self.heartbeats_over = threading.Event()
         self.stopping = threading.Event()
         self.exit_code = 0
         self.in_flight = 0
@@ -354,10 +364,14 @@ class Worker:
         return self.cfg.worker_id
 
     # -- start-up ---------------------------------------------------------------------------
-    def start(self) -> None:
+    def check(self) -> None:
+        """The start-up checks in the order they are logged; `--check` runs only these."""
         self.check_redis()
         self.check_postgres()
         self.check_backends()
+
+    def start(self) -> None:
+        self.check()
         self.take_lock()
         self.adopt_running()
         leftovers = self.redis.llen(self.processing)
@@ -365,7 +379,7 @@ class Worker:
             log.info("%s holds %d task(s) from a previous run; finishing them first",
                      self.processing, leftovers)
         self.register()
-        threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+        self.heartbeat_thread.start()
 
     def adopt_running(self) -> None:
         """A task `running` under this worker id but missing from our processing list was
@@ -398,6 +412,23 @@ class Worker:
                        "(must include its LAN address) and `protected-mode`, and the firewall")
             raise CheckFailed(f"Redis check FAILED at {address}: {text}; {fix}") from None
         log.info("Redis OK (%s)", address)
+
+    def pull_hint(self, ollama_url: str, model: str) -> str:
+        host = urlparse(ollama_url).hostname
+        return f"run `ollama pull {model}` on {self.cfg.worker_host if is_loopback(host) else host}"
+
+    def check_ollama_model(self, url: str, model: str, timeout: float) -> None:
+        """Ollama answers at ``url`` and has ``model``."""
+        try:
+            names = ollama_models(url, timeout)
+        except (requests.RequestException, ValueError) as error:
+            raise CheckFailed(f"Ollama check FAILED at {url}: {one_line(error)}; fix: check "
+                              "OLLAMA_HOST and that `ollama serve` runs there") from None
+        if not has_model(names, model):
+            raise CheckFailed(f"Ollama check FAILED at {url}: model {model} is not there "
+                              f"(it has: {', '.join(names) or 'none'}); fix: "
+                              f"{self.pull_hint(url, model)}")
+        log.info("Ollama OK (%s, model %s present)", url, model)
 
     def check_postgres(self) -> None:
         where = masked_dsn(self.cfg.pg_dsn)
@@ -521,9 +552,8 @@ class Worker:
         url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/heartbeat"
         outage: str | None = None
         warned_duplicate = False
-        # Runs until the process exits, so heartbeats continue while a SIGTERM drains.
-        while True:
-            time.sleep(self.heartbeat_interval)
+        # Runs until the goodbye, so heartbeats continue while a SIGTERM drains.
+        while not self.heartbeats_over.wait(self.heartbeat_interval):
             self.keep_lock()
             body = {
                 "instance_id": self.instance_id, "pid": os.getpid(),
@@ -531,6 +561,8 @@ class Worker:
                 "last_error": self.last_error,
             }
             try:
+                if self.heartbeats_over.is_set():
+                    return
                 response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
                 if response.status_code == 404:
                     log.info("Coordinator does not know %s; registering again",
@@ -557,6 +589,28 @@ class Worker:
                             "extra copy", self.cfg.worker_id)
             warned_duplicate = duplicate
 
+    def goodbye(self) -> None:
+        """Tell the Coordinator this process stops, so its registry lists the worker as
+        stopped at once instead of alive until the heartbeat TTL runs out. Best effort: a
+        Coordinator that does not answer learns it from the missing heartbeats."""
+        self.heartbeats_over.set()
+        if self.heartbeat_thread.is_alive():
+            self.heartbeat_thread.join(self.cfg.coordinator_timeout + 1)
+        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/deregister"
+        try:
+            response = self.http.post(url, json={"instance_id": self.instance_id},
+                                      timeout=self.cfg.coordinator_timeout)
+        except requests.RequestException as error:
+            log.warning("Could not deregister from %s (%s); it marks %s dead after the "
+                        "heartbeat TTL", self.cfg.coordinator_url, one_line(error),
+                        self.cfg.worker_id)
+            return
+        if response.status_code == 200:
+            log.info("Deregistered %s from %s", self.cfg.worker_id, self.cfg.coordinator_url)
+        else:
+            log.warning("Deregistering from %s answered HTTP %s %s", self.cfg.coordinator_url,
+                        response.status_code, error_text(response))
+
     # -- processing -------------------------------------------------------------------------
     def run(self) -> int:
         log.info("Waiting on queues %s", self.queues)
@@ -577,6 +631,7 @@ class Worker:
                 redis_outage = False
             if task_id is not None:
                 self.handle(task_id)
+        self.goodbye()
         log.info("Stopped (exit code %d)", self.exit_code)
         return self.exit_code
 
@@ -706,8 +761,17 @@ class Worker:
         time.sleep(self.cfg.shutdown_timeout)
         log.error("The current task did not finish within %gs; exiting, it stays in %s and "
                   "is finished at the next start", self.cfg.shutdown_timeout, self.processing)
+        self.goodbye()
         logging.shutdown()
         os._exit(1)
+
+
+def env_lines(text: str) -> dict[str, str]:
+    """NAME=value lines (as in a systemd EnvironmentFile without quoting); blank lines and
+    comments are skipped, the value is everything after the first '='."""
+    pairs = (line.split("=", 1) for line in text.splitlines()
+             if line.strip() and not line.lstrip().startswith("#") and "=" in line)
+    return {name.strip(): value for name, value in pairs}
 
 
 def main(worker_class: type[Worker], config_class: type[BaseConfig],
@@ -716,9 +780,18 @@ def main(worker_class: type[Worker], config_class: type[BaseConfig],
     parser = argparse.ArgumentParser(description=f"{worker_class.title} of the Coordinator "
                                                  "cluster; configured by environment only.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    if parser.parse_args(argv).version:
+    parser.add_argument("--check", action="store_true",
+                        help="run the start-up checks with this environment and exit: 0 when "
+                             "all pass (nothing is registered, no task is taken)")
+    parser.add_argument("--env-stdin", action="store_true",
+                        help="read NAME=value lines from standard input over the environment "
+                             "(keeps secrets off command lines that tools print)")
+    args = parser.parse_args(argv)
+    if args.version:
         print(worker_class.version)
         return 0
+    if args.env_stdin:
+        os.environ.update(env_lines(sys.stdin.read()))
     setup_logging(env_secrets(os.environ))
     log.info("%s starting (v%s).", worker_class.title, worker_class.version)
     try:
@@ -730,6 +803,10 @@ def main(worker_class: type[Worker], config_class: type[BaseConfig],
     signal.signal(signal.SIGTERM, worker.on_signal)
     signal.signal(signal.SIGINT, worker.on_signal)
     try:
+        if args.check:
+            worker.check()
+            log.info("All start-up checks passed (--check: not registering, taking no task).")
+            return 0
         worker.start()
     except CheckFailed as error:
         log.error("%s", error)

@@ -14,22 +14,19 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import requests
 import worker_base
 from worker_base import (
     BaseConfig,
-    CheckFailed,
     EnvReader,
     Outcome,
     Task,
     Worker,
     error_text,
-    has_model,
     http_url,
-    is_loopback,
     log,
+    ollama_models,
     one_line,
 )
 
@@ -76,28 +73,12 @@ class InferenceWorker(Worker):
     def queues(self) -> list[str]:
         return [f"tasks:{self.cfg.device}:{self.cfg.worker_id}"]
 
-    def pull_hint(self, model: str) -> str:
-        host = urlparse(self.cfg.ollama_host).hostname
-        return f"run `ollama pull {model}` on {self.cfg.worker_host if is_loopback(host) else host}"
-
     def models(self) -> list[str]:
-        response = requests.get(f"{self.cfg.ollama_host}/api/tags",
-                                timeout=min(self.cfg.ollama_timeout, 10))
-        response.raise_for_status()
-        return [model["name"] for model in response.json().get("models", [])]
+        return ollama_models(self.cfg.ollama_host, min(self.cfg.ollama_timeout, 10))
 
     def check_backends(self) -> None:
-        url, model = self.cfg.ollama_host, self.cfg.ollama_model
-        try:
-            names = self.models()
-        except (requests.RequestException, ValueError) as error:
-            raise CheckFailed(f"Ollama check FAILED at {url}: {one_line(error)}; fix: check "
-                              "OLLAMA_HOST and that `ollama serve` runs there") from None
-        if not has_model(names, model):
-            raise CheckFailed(f"Ollama check FAILED at {url}: model {model} is not there "
-                              f"(it has: {', '.join(names) or 'none'}); fix: "
-                              f"{self.pull_hint(model)}")
-        log.info("Ollama OK (%s, model %s present)", url, model)
+        self.check_ollama_model(self.cfg.ollama_host, self.cfg.ollama_model,
+                                min(self.cfg.ollama_timeout, 10))
 
     def registration_extra(self) -> dict[str, Any]:
         # Read again at each (re-)registration, so a model pulled since shows up.
@@ -146,7 +127,7 @@ class InferenceWorker(Worker):
             raise OllamaError(f"Ollama at {url} is not reachable: {one_line(error)}") from None
         if response.status_code == 404:
             raise OllamaError(f"model {body['model']} is not on Ollama at {url}: "
-                              f"{self.pull_hint(body['model'])}")
+                              f"{self.pull_hint(url, body['model'])}")
         if response.status_code != 200:
             raise OllamaError(f"Ollama at {url} answered HTTP {response.status_code} "
                               f"{error_text(response)}".rstrip())

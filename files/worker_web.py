@@ -5,109 +5,39 @@ It takes task ids from the shared Redis queue `tasks:web`, searches SearXNG (JSO
 has a small model on Ollama summarise the results, and writes the answer to the `tasks`
 table in PostgreSQL. When the summary fails the answer is the search results themselves
 with a note (the v2.1 fallback); when the search fails the task is `failed` with the reason.
-
-The worker role ships this one file as it is, so it imports nothing from the project: its
-only third-party dependencies are redis, psycopg2 and requests (files/requirements-worker.txt).
-All configuration comes from the environment (docs/workers.md).
-
-Deliberate duplication, because this file must run alone: the configuration helpers, the
-Redis/PostgreSQL checks, the advisory lock, heartbeat, reliable take, guarded claim, result
-write with retry, processing-list recovery and SIGTERM handling are copies of worker_base.py,
-which the other workers share. tests/workers/test_contract.py fails if any copy (function,
-method or SQL) differs from its original; only the web-specific parts are this file's own.
+Everything else (checks, lock, heartbeat, reliable take, guarded writes, --check) is
+worker_base.py, which the worker role ships beside it. Configuration: docs/workers.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
-import re
-import signal
 import sys
-import threading
-import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
-from urllib.parse import urlparse
+from typing import Any
 
-import psycopg2
-import psycopg2.errors
-import psycopg2.extensions
-import redis
-import redis.backoff
-import redis.retry
 import requests
+import worker_base
+from worker_base import (
+    BaseConfig,
+    CheckFailed,
+    EnvReader,
+    Outcome,
+    Task,
+    Worker,
+    error_text,
+    http_url,
+    log,
+    one_line,
+)
 
 # The one place the version lives: the banner, --version and registration all read it.
 VERSION = "2.1"
-PROGRAM = "worker_web"
-KIND = "web"
 QUEUE = "tasks:web"
 # tasks.worker gets this literal once the result is written, never the host (docs/design.md).
 RESULT_WORKER = "web-worker"
 TASK_TYPE = "web_search"
 SEARCH_RESULTS_USED = 5
-# BLMOVE blocks at most this long so the loop notices SIGTERM promptly.
-TAKE_BLOCK_SECONDS = 1
-MAX_RETRY_DELAY = 5.0
-
-REQUIRED_ENV = (
-    "REDIS_HOST", "PG_DSN", "SEARXNG_URL", "OLLAMA_HOST", "OLLAMA_MODEL",
-    "COORDINATOR_URL", "WORKER_ID", "WORKER_HOST",
-)
-
-# Guarded transitions of docs/design.md; tests/workers/test_contract.py keeps them identical
-# to worker_base.py's.
-# The claim is committed without waiting for its WAL flush (the created row and the result
-# are flushed): bench/dispatch.py found every commit's fsync in series with the next. If
-# PostgreSQL crashes before a later flush, the task is `queued` again and runs again
-# (at-least-once, as after any lost claim); the result guard still allows one result.
-CLAIM_SQL = """SET LOCAL synchronous_commit TO off;
-UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,
-       worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1
- WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)
-RETURNING task_type, prompt, model"""
-RECLAIM_SQL = """SET LOCAL synchronous_commit TO off;
-UPDATE tasks SET claim = %(claim)s, worker_host = %(host)s,
-       started_at = clock_timestamp(), attempts = attempts + 1
- WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
-   AND queue = ANY(%(queues)s)
-RETURNING task_type, prompt, model"""
-RESULT_SQL = """
-UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,
-       error = %(error)s, worker = %(worker)s, finished_at = clock_timestamp()
- WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s"""
-ADOPT_SQL = """
-SELECT id::text FROM tasks
- WHERE status = 'running' AND worker_id = %(worker_id)s AND queue = ANY(%(queues)s)"""
-STATE_SQL = "SELECT status, worker_id FROM tasks WHERE id = %(id)s"
-WRITE_CHECK_SQL = "UPDATE tasks SET status = status WHERE false"
-LOCK_SQL = "SELECT pg_try_advisory_lock(hashtext('worker:' || %(worker_id)s))"
-# A bigint advisory key shows in pg_locks as classid (high half) and objid (low half).
-HOLDER_SQL = """
-SELECT a.application_name, a.client_addr::text
-  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-   AND l.classid::bigint = (hashtext('worker:' || %(worker_id)s)::bigint >> 32) & 4294967295
-   AND l.objid::bigint = hashtext('worker:' || %(worker_id)s)::bigint & 4294967295"""
-# The server drops a dead host's session (and so its lock) within about 25 s.
-LOCK_SESSION_OPTIONS = "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 " \
-    "-c tcp_keepalives_count=3"
-
-log = logging.getLogger(PROGRAM)
-T = TypeVar("T")
-
-
-class ConfigError(Exception):
-    """The environment is incomplete or malformed; the message says which variable."""
-
-
-class CheckFailed(Exception):
-    """A start-up check failed; the message is the one line the operator reads."""
 
 
 class SearchError(Exception):
@@ -119,598 +49,52 @@ class SummaryError(Exception):
 
 
 @dataclass(frozen=True)
-class Config:
-    redis_host: str
-    redis_port: int
-    redis_password: str | None
-    pg_dsn: str
+class WebConfig(BaseConfig):
     searxng_url: str
     ollama_host: str
     ollama_model: str
-    coordinator_url: str
-    coordinator_token: str | None
-    worker_id: str
-    worker_host: str
     searxng_timeout: float
     ollama_timeout: float
-    coordinator_timeout: float
-    shutdown_timeout: float
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Config:
-        missing = [name for name in REQUIRED_ENV if not env.get(name, "").strip()]
-        if missing:
-            raise ConfigError(
-                f"missing required environment variable{'s' if len(missing) > 1 else ''}: "
-                f"{', '.join(missing)} (see docs/workers.md)"
-            )
-
-        def number(name: str, default: float) -> float:
-            raw = env.get(name, "").strip()
-            try:
-                value = float(raw) if raw else default
-            except ValueError:
-                raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-            if value <= 0:
-                raise ConfigError(f"{name} must be positive, got {raw!r}")
-            return value
-
-        raw_port = env.get("REDIS_PORT", "").strip() or "6379"
-        if not raw_port.isdigit():
-            raise ConfigError(f"REDIS_PORT must be a port number, got {raw_port!r}")
-        return cls(
-            redis_host=env["REDIS_HOST"].strip(),
-            redis_port=int(raw_port),
-            redis_password=env.get("REDIS_PASSWORD") or None,
-            pg_dsn=env["PG_DSN"],
-            searxng_url=http_url(env["SEARXNG_URL"]),
-            ollama_host=http_url(env["OLLAMA_HOST"]),
-            ollama_model=env["OLLAMA_MODEL"].strip(),
-            coordinator_url=http_url(env["COORDINATOR_URL"]),
-            coordinator_token=env.get("COORDINATOR_TOKEN") or None,
-            worker_id=env["WORKER_ID"].strip(),
-            worker_host=env["WORKER_HOST"].strip(),
-            searxng_timeout=number("SEARXNG_TIMEOUT", 15),
-            ollama_timeout=number("OLLAMA_TIMEOUT", 90),
-            coordinator_timeout=number("COORDINATOR_TIMEOUT", 5),
-            shutdown_timeout=number("SHUTDOWN_TIMEOUT", 30),
+    def from_env(cls, environ: Mapping[str, str]) -> WebConfig:
+        env = EnvReader(environ)
+        fields = cls.base_fields(env)
+        fields.update(
+            searxng_url=http_url(env.required("SEARXNG_URL")),
+            ollama_host=http_url(env.required("OLLAMA_HOST")),
+            ollama_model=env.required("OLLAMA_MODEL"),
+            searxng_timeout=env.seconds("SEARXNG_TIMEOUT", 15),
+            ollama_timeout=env.seconds("OLLAMA_TIMEOUT", 90),
         )
+        env.finish()
+        return cls(**fields)
 
 
-def env_secrets(env: Mapping[str, str]) -> list[str]:
-    """Values never to be logged, read before the config is validated."""
-    found = [env.get("REDIS_PASSWORD"), env.get("COORDINATOR_TOKEN"),
-             dsn_password(env.get("PG_DSN", ""))]
-    return [secret for secret in found if secret]
-
-
-def http_url(raw: str) -> str:
-    """Accept `host:port` as Ollama's own OLLAMA_HOST does; drop a trailing slash."""
-    url = raw.strip().rstrip("/")
-    return url if "://" in url or not url else f"http://{url}"
-
-
-def dsn_password(dsn: str) -> str | None:
-    try:
-        return psycopg2.extensions.parse_dsn(dsn).get("password")
-    except psycopg2.ProgrammingError:
-        return None
-
-
-def masked_dsn(dsn: str) -> str:
-    """The DSN as key=value pairs with the password replaced, for log lines."""
-    try:
-        params = psycopg2.extensions.parse_dsn(dsn)
-    except psycopg2.ProgrammingError:
-        return "<unparsable PG_DSN>"
-    if "password" in params:
-        params["password"] = "***"
-    first = [key for key in ("host", "hostaddr", "port", "dbname", "user") if key in params]
-    keys = first + [key for key in params if key not in first]
-    return " ".join(f"{key}={params[key]}" for key in keys)
-
-
-class _MaskSecrets(logging.Filter):
-    """Last line of defence: no secret reaches the log even inside a library's message."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self.secrets = secrets
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        for secret in self.secrets:
-            message = message.replace(secret, "***")
-        record.msg, record.args = message, None
-        return True
-
-
-def setup_logging(secrets: list[str]) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handler.addFilter(_MaskSecrets(secrets))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    # urllib3 would log every retried connection; the worker logs outages once itself.
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
-
-
-def one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
-# --- start-up check diagnostics ----------------------------------------------------------
-
-_HBA_RE = re.compile(r'no pg_hba\.conf entry for host "([^"]+)", user "([^"]+)", '
-                     r'database "([^"]+)"')
-
-
-def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
-    """The likely fix for a refused PostgreSQL login, in one line."""
-    if "no pg_hba.conf entry" in error:
-        hba = _HBA_RE.search(error)
-        if hba:
-            client, user, database = hba.groups()
-        else:
-            params = psycopg2.extensions.parse_dsn(dsn)
-            client, user = worker_host, params.get("user", "coordinator")
-            database = params.get("dbname", user)
-        prefix = "128" if ":" in client else "32"
-        return (f"fix: add `host {database} {user} {client}/{prefix} scram-sha-256` to "
-                "pg_hba.conf on the PostgreSQL server, then reload it")
-    if "password authentication failed" in error:
-        return "fix: the password in PG_DSN is wrong; use the role's password"
-    if "does not exist" in error:
-        return "fix: check dbname and user in PG_DSN"
-    return ("fix: check that PostgreSQL runs, that listen_addresses in postgresql.conf "
-            "covers this network, and the firewall")
-
-
-def is_loopback(host: str | None) -> bool:
-    return host in (None, "localhost", "127.0.0.1", "::1", "0.0.0.0")
-
-
-def ollama_model_names(base_url: str, timeout: float) -> list[str]:
-    response = requests.get(f"{base_url}/api/tags", timeout=timeout)
-    response.raise_for_status()
-    return [model["name"] for model in response.json().get("models", [])]
-
-
-def has_model(names: list[str], model: str) -> bool:
-    """Ollama matches names case-insensitively, and a name without a tag means `:latest`."""
-    wanted = model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"
-    present = {name.lower() for name in names}
-    return model.lower() in present or wanted.lower() in present
-
-
-# --- the worker ---------------------------------------------------------------------------
-
-@dataclass
-class Task:
-    id: str
-    claim: str
-    task_type: str
-    prompt: str
-    model: str | None
-
-
-@dataclass
-class Outcome:
-    status: str
-    result: str | None = None
-    error: str | None = None
-    fallback: bool = False
-
-
-class WebWorker:
-    program = PROGRAM
-    kind = KIND
+class WebWorker(Worker):
+    program = "worker_web"
+    title = "Web Search Worker"
+    kind = "web"
     version = VERSION
+    cfg: WebConfig
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self.queues = [QUEUE]
-        self.processing = f"processing:{cfg.worker_id}"
-        self.instance_id = str(uuid.uuid4())
-        self.app_name = f"{self.program} {cfg.worker_id} {cfg.worker_host} pid={os.getpid()}"
-        self.redis = redis.Redis(
-            host=cfg.redis_host, port=cfg.redis_port, password=cfg.redis_password,
-            socket_connect_timeout=5, socket_timeout=TAKE_BLOCK_SECONDS + 10,
-            decode_responses=True,
-            # One immediate reconnect (an idle connection the server closed); longer outages
-            # are the worker's own loop, which logs them once.
-            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
-        )
-        self.db: psycopg2.extensions.connection | None = None
-        self.lock_db: psycopg2.extensions.connection | None = None
-        self.lock_outage = False
-        self.http = requests.Session()
-        if cfg.coordinator_token:
-            self.http.headers["Authorization"] = f"Bearer {cfg.coordinator_token}"
-        self.heartbeat_interval = 10.0
-        self.stopping = threading.Event()
-        self.exit_code = 0
-        self.in_flight = 0
-        self.db_write_failures = 0
-        self.last_error: str | None = None
-        # Set once an LLEN saw our processing list empty: only then may the loop take a new
-        # id without looking in the list first (one round trip less per task).
-        self.processing_empty = False
+    @property
+    def queues(self) -> list[str]:
+        return [QUEUE]
 
-    # -- start-up checks ------------------------------------------------------------------
-    def start(self) -> None:
-        self.check_all()
-        self.take_lock()
-        self.adopt_running()
-        leftovers = self.redis.llen(self.processing)
-        if leftovers:
-            log.info("%s holds %d task(s) from a previous run; finishing them first",
-                     self.processing, leftovers)
-        self.register()
-        threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
-
-    def adopt_running(self) -> None:
-        """A task `running` under this worker id but missing from our processing list was
-        claimed by an earlier process that died after Redis lost the list (restarted or
-        flushed). Only this process (it holds the lock) can finish it, so list it again."""
-        with self.db, self.db.cursor() as cur:
-            cur.execute(ADOPT_SQL, {"worker_id": self.cfg.worker_id, "queues": self.queues})
-            running = [row[0] for row in cur.fetchall()]
-        for task_id in running:
-            if self.redis.lpos(self.processing, task_id) is None:
-                log.warning("Task %s is running under %s but missing from %s (Redis lost "
-                            "it); finishing it", task_id, self.cfg.worker_id, self.processing)
-                self.redis.rpush(self.processing, task_id)
-
-    def check_all(self) -> None:
-        """The start-up checks in the order they are logged; `--check` runs only these."""
-        self.check_redis()
-        self.check_postgres()
-        self.check_searxng()
-        self.check_ollama()
-
-    def check_redis(self) -> None:
-        address = f"{self.cfg.redis_host}:{self.cfg.redis_port}"
-        try:
-            self.redis.ping()
-        except redis.AuthenticationError as error:
-            raise CheckFailed(
-                f"Redis check FAILED at {address}: {one_line(error)}; "
-                "fix: check REDIS_PASSWORD (it must equal requirepass in redis.conf)"
-            ) from None
-        except redis.RedisError as error:
-            text = one_line(error)
-            if "AUTH" in text and "without any password configured" in text:
-                fix = "fix: this Redis has no password; unset REDIS_PASSWORD"
-            else:
-                fix = ("fix: check REDIS_HOST/REDIS_PORT, and in redis.conf on that host `bind` "
-                       "(must include its LAN address) and `protected-mode`, and the firewall")
-            raise CheckFailed(f"Redis check FAILED at {address}: {text}; {fix}") from None
-        log.info("Redis OK (%s)", address)
-
-    def check_postgres(self) -> None:
-        where = masked_dsn(self.cfg.pg_dsn)
-        try:
-            conn = self.connect_db()
-        except psycopg2.Error as error:
-            text = one_line(error)
-            hint = postgres_login_hint(text, self.cfg.pg_dsn, self.cfg.worker_host)
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: login refused: {text}; "
-                              f"{hint}") from None
-        try:
-            with conn.cursor() as cur:
-                cur.execute(WRITE_CHECK_SQL)
-        except psycopg2.errors.UndefinedTable:
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: there is no tasks table; "
-                              "fix: start the Coordinator once, it creates the schema") from None
-        except psycopg2.errors.InsufficientPrivilege as error:
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
-                              f"table: {one_line(error)}; fix: GRANT SELECT, UPDATE ON tasks "
-                              f"TO {conn.info.user}") from None
-        except psycopg2.Error as error:
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
-                              f"table: {one_line(error)}") from None
-        finally:
-            conn.rollback()
-        self.db = conn
-        log.info("PostgreSQL OK (%s, can write tasks)", where)
-
-    def check_searxng(self) -> None:
+    def check_backends(self) -> None:
         url = self.cfg.searxng_url
         try:
             self.search("coordinator")
         except SearchError as error:
             raise CheckFailed(f"SearXNG check FAILED: {error}") from None
         log.info("SearXNG OK (%s, JSON API)", url)
-
-    def check_ollama(self) -> None:
-        url, model = self.cfg.ollama_host, self.cfg.ollama_model
-        try:
-            names = ollama_model_names(url, min(self.cfg.ollama_timeout, 10))
-        except (requests.RequestException, ValueError) as error:
-            raise CheckFailed(f"Ollama check FAILED at {url}: {one_line(error)}; fix: check "
-                              "OLLAMA_HOST and that `ollama serve` runs there") from None
-        if not has_model(names, model):
-            host = urlparse(url).hostname
-            where = self.cfg.worker_host if is_loopback(host) else host
-            raise CheckFailed(f"Ollama check FAILED at {url}: model {model} is not there "
-                              f"(it has: {', '.join(names) or 'none'}); fix: run "
-                              f"`ollama pull {model}` on {where}")
-        log.info("Ollama OK (%s, model %s present)", url, model)
-
-    # -- one process per WORKER_ID --------------------------------------------------------
-    def connect_db(self, options: str | None = None) -> psycopg2.extensions.connection:
-        extra = {"options": options} if options else {}
-        conn = psycopg2.connect(
-            self.cfg.pg_dsn, connect_timeout=5, application_name=self.app_name,
-            keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-            **extra,
-        )
-        # Each write is one guarded UPDATE, atomic on its own: autocommit saves the BEGIN and
-        # COMMIT round trips that were half of a no-op task's time (bench/dispatch.py).
-        conn.autocommit = True
-        return conn
-
-    def take_lock(self) -> None:
-        """Hold `hashtext('worker:' || worker_id)` for the life of this process."""
-        conn = self.connect_db(LOCK_SESSION_OPTIONS)
-        with conn.cursor() as cur:
-            cur.execute(LOCK_SQL, {"worker_id": self.cfg.worker_id})
-            got = cur.fetchone()[0]
-            holder = None if got else self.lock_holder(cur)
-        if holder is not None:
-            conn.close()
-            raise CheckFailed(holder)
-        self.lock_db = conn
-        self.lock_outage = False
-        log.info("Lock worker:%s taken (one process per WORKER_ID)", self.cfg.worker_id)
-
-    def lock_holder(self, cur: psycopg2.extensions.cursor) -> str:
-        cur.execute(HOLDER_SQL, {"worker_id": self.cfg.worker_id})
-        row = cur.fetchone()
-        match = re.fullmatch(r"(\S+) (\S+) (\S+) pid=(\d+)", row[0] or "") if row else None
-        if match:
-            who = f"on host {match.group(3)} pid {match.group(4)}"
-        elif row:
-            who = f"from {row[1]} ({row[0]!r})"
-        else:
-            who = "(it has just exited; start again)"
-        return (f"Another {self.program} with WORKER_ID={self.cfg.worker_id} is already "
-                f"running {who}; stop it there first: two copies would race for "
-                f"{', '.join(self.queues)}")
-
-    def keep_lock(self) -> None:
-        """Re-take the lock after its connection was lost (e.g. PostgreSQL restarted)."""
-        try:
-            if self.lock_db is not None and not self.lock_db.closed:
-                with self.lock_db.cursor() as cur:
-                    cur.execute("SELECT 1")
-                return
-        except psycopg2.Error as error:
-            log.warning("Lost the lock connection to PostgreSQL (%s); re-taking the lock",
-                        one_line(error))
-        if self.lock_db is not None:
-            self.lock_db.close()
-            self.lock_db = None
-        try:
-            self.take_lock()
-        except CheckFailed as error:
-            log.error("%s; exiting after the current task", error)
-            self.exit_code = 1
-            self.stopping.set()
-        except psycopg2.Error as error:
-            if not self.lock_outage:
-                log.warning("Cannot re-take the lock yet (%s); retrying every %gs",
-                            one_line(error), self.heartbeat_interval)
-            self.lock_outage = True
-
-    # -- Coordinator ------------------------------------------------------------------------
-    def register(self) -> None:
-        url = f"{self.cfg.coordinator_url}/workers/register"
-        body = {
-            "worker_id": self.cfg.worker_id, "host": self.cfg.worker_host, "kind": self.kind,
-            "queues": self.queues, "version": self.version, "pid": os.getpid(),
-            "instance_id": self.instance_id,
-        }
-        try:
-            response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
-        except requests.RequestException as error:
-            raise CheckFailed(f"Coordinator check FAILED: not reachable at "
-                              f"{self.cfg.coordinator_url} ({one_line(error)}); fix: check "
-                              "COORDINATOR_URL and that the Coordinator runs") from None
-        if response.status_code == 401:
-            raise CheckFailed(f"Coordinator check FAILED at {self.cfg.coordinator_url}: 401, "
-                              "fix: set COORDINATOR_TOKEN to the Coordinator's token")
-        if response.status_code != 200:
-            raise CheckFailed(f"Coordinator check FAILED at {url}: HTTP {response.status_code} "
-                              f"{error_text(response)}")
-        self.heartbeat_interval = float(response.json()["heartbeat_interval"])
-        log.info("register: %s as %s worker on %s at %s (v%s, heartbeat every %gs)",
-                 self.cfg.worker_id, self.kind, self.queues, self.cfg.coordinator_url,
-                 self.version, self.heartbeat_interval)
-
-    def heartbeat_loop(self) -> None:
-        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/heartbeat"
-        outage: str | None = None
-        warned_duplicate = False
-        # Runs until the process exits, so heartbeats continue while a SIGTERM drains.
-        while True:
-            time.sleep(self.heartbeat_interval)
-            self.keep_lock()
-            body = {
-                "instance_id": self.instance_id, "pid": os.getpid(),
-                "in_flight": self.in_flight, "db_write_failures": self.db_write_failures,
-                "last_error": self.last_error,
-            }
-            try:
-                response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
-                if response.status_code == 404:
-                    log.info("Coordinator does not know %s; registering again",
-                             self.cfg.worker_id)
-                    self.register()
-                    continue
-                if response.status_code != 200:
-                    raise requests.RequestException(
-                        f"HTTP {response.status_code} {error_text(response)}")
-                answer = response.json()
-                duplicate = isinstance(answer, dict) and bool(answer.get("duplicate"))
-            except (requests.RequestException, CheckFailed, ValueError) as error:
-                if outage is None:
-                    outage = one_line(error)
-                    log.warning("Heartbeat to %s failed (%s); still processing tasks, "
-                                "retrying every %gs", self.cfg.coordinator_url, outage,
-                                self.heartbeat_interval)
-                continue
-            if outage is not None:
-                log.info("Heartbeat to %s works again", self.cfg.coordinator_url)
-                outage = None
-            if duplicate and not warned_duplicate:
-                log.warning("The Coordinator sees another live instance of %s: stop the "
-                            "extra copy", self.cfg.worker_id)
-            warned_duplicate = duplicate
-
-    # -- processing -----------------------------------------------------------------------
-    def run(self) -> int:
-        log.info("Waiting on queues %s", self.queues)
-        redis_outage = False
-        while not self.stopping.is_set():
-            try:
-                task_id = self.next_task_id()
-            except redis.RedisError as error:
-                self.processing_empty = False  # a BLMOVE may have moved an id, then failed
-                if not redis_outage:
-                    log.error("Redis at %s:%s failed (%s); retrying", self.cfg.redis_host,
-                              self.cfg.redis_port, one_line(error))
-                    redis_outage = True
-                self.stopping.wait(2)
-                continue
-            if redis_outage:
-                log.info("Redis works again")
-                redis_outage = False
-            if task_id is not None:
-                self.handle(task_id)
-        log.info("Stopped (exit code %d)", self.exit_code)
-        return self.exit_code
-
-    def next_task_id(self) -> str | None:
-        """An id left in our processing list first (a previous run or a lost LREM)."""
-        if not self.processing_empty:
-            left = self.redis.lindex(self.processing, -1)
-            if left is not None:
-                log.info("Task %s is in %s from before; finishing it", left, self.processing)
-                return left
-        for queue in self.queues:
-            task_id = self.redis.blmove(queue, self.processing, TAKE_BLOCK_SECONDS,
-                                        "RIGHT", "LEFT")
-            if task_id is not None:
-                return task_id
-        return None
-
-    def handle(self, task_id: str) -> None:
-        self.in_flight = 1
-        try:
-            try:
-                uuid.UUID(task_id)
-            except ValueError:
-                log.error("Dropping %r from %s: not a task id", task_id, self.processing)
-            else:
-                task = self.with_db_retry("claim", task_id, lambda: self.claim(task_id))
-                if task is not None:
-                    outcome = self.execute_guarded(task)
-                    self.with_db_retry("result write", task_id,
-                                       lambda: self.write_result(task, outcome))
-            self.forget(task_id)
-        finally:
-            self.in_flight = 0
-
-    def execute_guarded(self, task: Task) -> Outcome:
-        """A bug in the work must fail the task, not crash-loop the worker on the same id."""
-        try:
-            return self.execute(task)
-        except Exception as error:
-            log.exception("Task %s: unexpected error", task.id)
-            return Outcome("failed", error=f"{self.program} internal error: "
-                                           f"{one_line(error)}; see the worker's log")
-
-    def with_db_retry(self, what: str, task_id: str, action: Callable[[], T]) -> T:
-        """Retry until PostgreSQL takes it, reconnecting; every failure is logged and counted
-        for the heartbeat. The id stays in the processing list meanwhile."""
-        delay = 0.5
-        attempt = 1
-        while True:
-            try:
-                if self.db is None or self.db.closed:
-                    self.db = self.connect_db()
-                return action()
-            except psycopg2.Error as error:
-                self.db_write_failures += 1
-                self.last_error = f"{what} of task {task_id} failed: {one_line(error)}"
-                log.error("%s (attempt %d); task stays in %s, retrying in %gs",
-                          self.last_error, attempt, self.processing, delay)
-                if self.db is not None:
-                    self.db.close()
-                    self.db = None
-                time.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY)
-                attempt += 1
-
-    def claim(self, task_id: str) -> Task | None:
-        token = str(uuid.uuid4())
-        params = {"id": task_id, "claim": token, "worker_id": self.cfg.worker_id,
-                  "host": self.cfg.worker_host, "queues": self.queues}
-        with self.db.cursor() as cur:
-            cur.execute(CLAIM_SQL, params)
-            row = cur.fetchone()
-            if row is None:
-                # Ours and `running`: this worker id's previous process died mid-task.
-                cur.execute(RECLAIM_SQL, params)
-                row = cur.fetchone()
-            if row is not None:
-                log.info("Task %s claimed", task_id)
-                return Task(task_id, token, row[0], row[1], row[2])
-            cur.execute(STATE_SQL, params)
-            state = cur.fetchone()
-        if state is None:
-            log.warning("Dropping task %s: it is not in the tasks table", task_id)
-        else:
-            log.info("Dropping task %s: it is %s (worker %s), nothing to do", task_id,
-                     state[0], state[1] or "none")
-        return None
-
-    def write_result(self, task: Task, outcome: Outcome) -> None:
-        with self.db.cursor() as cur:
-            cur.execute(RESULT_SQL, {
-                "id": task.id, "claim": task.claim, "status": outcome.status,
-                "result": outcome.result, "error": outcome.error,
-                "fallback": outcome.fallback, "worker": self.result_worker(),
-            })
-            written = cur.rowcount == 1
-        if written:
-            log.info("Task %s %s%s%s", task.id, outcome.status,
-                     " (fallback answer)" if outcome.fallback else "",
-                     f": {outcome.error}" if outcome.error else "")
-        else:
-            log.warning("Task %s: result not written, the claim was lost (the Reaper or "
-                        "another worker moved it on)", task.id)
-
-    def forget(self, task_id: str) -> None:
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.lrem(self.processing, 0, task_id)
-            pipe.llen(self.processing)
-            self.processing_empty = pipe.execute()[1] == 0
-        except redis.RedisError as error:
-            self.processing_empty = False
-            # The id stays listed; the next loop finds it written and drops it.
-            log.error("LREM of task %s from %s failed (%s)", task_id, self.processing,
-                      one_line(error))
+        self.check_ollama_model(self.cfg.ollama_host, self.cfg.ollama_model,
+                                min(self.cfg.ollama_timeout, 10))
 
     def result_worker(self) -> str:
-        """What the result write puts in tasks.worker."""
         return RESULT_WORKER
 
-    # -- the work itself --------------------------------------------------------------------
     def execute(self, task: Task) -> Outcome:
         if task.task_type != TASK_TYPE:
             return Outcome("failed", error=f"{self.program} answers {TASK_TYPE} tasks only, "
@@ -774,31 +158,6 @@ class WebWorker:
             raise SummaryError(f"Ollama at {url} gave an empty summary")
         return summary
 
-    # -- shutdown ---------------------------------------------------------------------------
-    def on_signal(self, signum: int, _frame: object) -> None:
-        if self.stopping.is_set():
-            return
-        log.info("%s: finishing the current task (at most %gs), then exiting",
-                 signal.Signals(signum).name, self.cfg.shutdown_timeout)
-        self.stopping.set()
-        threading.Thread(target=self.shutdown_watchdog, name="watchdog", daemon=True).start()
-
-    def shutdown_watchdog(self) -> None:
-        time.sleep(self.cfg.shutdown_timeout)
-        log.error("The current task did not finish within %gs; exiting, it stays in %s and "
-                  "is finished at the next start", self.cfg.shutdown_timeout, self.processing)
-        logging.shutdown()
-        os._exit(1)
-
-
-def error_text(response: requests.Response) -> str:
-    """The `error` of a JSON error body (Coordinator, Ollama), else the start of the body."""
-    try:
-        body = response.json()
-    except ValueError:
-        return " ".join(response.text.split())[:200]
-    return str(body.get("error", "")) if isinstance(body, dict) else ""
-
 
 def summary_prompt(question: str, results: list[dict[str, Any]]) -> str:
     lines = [f"Question: {question}", "", "Search results:"]
@@ -820,51 +179,5 @@ def fallback_answer(reason: str, results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def env_lines(text: str) -> dict[str, str]:
-    """NAME=value lines (as in a systemd EnvironmentFile without quoting); blank lines and
-    comments are skipped, the value is everything after the first '='."""
-    pairs = (line.split("=", 1) for line in text.splitlines()
-             if line.strip() and not line.lstrip().startswith("#") and "=" in line)
-    return {name.strip(): value for name, value in pairs}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Web Search Worker of the Coordinator "
-                                                 "cluster; configured by environment only.")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument("--check", action="store_true",
-                        help="run the start-up checks with this environment and exit: 0 when "
-                             "all pass (nothing is registered, no task is taken)")
-    parser.add_argument("--env-stdin", action="store_true",
-                        help="read NAME=value lines from standard input over the environment "
-                             "(keeps secrets off command lines that tools print)")
-    args = parser.parse_args(argv)
-    if args.version:
-        print(VERSION)
-        return 0
-    if args.env_stdin:
-        os.environ.update(env_lines(sys.stdin.read()))
-    setup_logging(env_secrets(os.environ))
-    log.info("Web Search Worker starting (v%s).", VERSION)
-    try:
-        cfg = Config.from_env(os.environ)
-    except ConfigError as error:
-        log.error("%s", error)
-        return 2
-    worker = WebWorker(cfg)
-    signal.signal(signal.SIGTERM, worker.on_signal)
-    signal.signal(signal.SIGINT, worker.on_signal)
-    try:
-        if args.check:
-            worker.check_all()
-            log.info("All start-up checks passed (--check: not registering, taking no task).")
-            return 0
-        worker.start()
-    except CheckFailed as error:
-        log.error("%s", error)
-        return 1
-    return worker.run()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(worker_base.main(WebWorker, WebConfig))

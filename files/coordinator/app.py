@@ -114,6 +114,10 @@ class HeartbeatBody(WorkerBody):
     last_error: StrictStr | None = None
 
 
+class DeregisterBody(WorkerBody):
+    instance_id: uuid.UUID
+
+
 def validation_message(errors: list[dict[str, Any]]) -> str:
     """One line from pydantic's errors: the first problem and where."""
     if not errors:
@@ -371,9 +375,21 @@ def create_app(cfg: Config) -> Front:
                                     "with POST /workers/register")
         return json_response(answer)
 
+    @app.post("/workers/{worker_id}/deregister", summary="A worker process says goodbye")
+    async def deregister(worker_id: str, body: DeregisterBody) -> Response:
+        if "\x00" in worker_id:
+            raise RequestError(422, "worker id contains a NUL character: use the worker_id "
+                                    "it registered with")
+        answer = await coordinator.deregister(worker_id, str(body.instance_id))
+        if answer is None:
+            raise RequestError(404, f"unknown worker {worker_id[:128]!r}: nothing to "
+                                    "deregister")
+        return json_response(answer)
+
     @app.get("/workers", summary="Every registered worker, alive or not")
     async def workers() -> Response:
-        return json_response({"workers": await coordinator.list_workers()})
+        return json_response({"workers": await coordinator.list_workers(),
+                              "heartbeat_ttl": cfg.heartbeat_ttl})
 
     @app.get("/queues", summary="Every queue's depth (LLEN) and in-flight (running) count")
     async def queues() -> Response:

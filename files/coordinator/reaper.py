@@ -32,6 +32,7 @@ from .routing import (
     choose_worker,
     inference_queue_of,
 )
+from .schema import WORKER_ALIVE
 
 if TYPE_CHECKING:
     import psycopg_pool
@@ -317,9 +318,9 @@ async def load_workers(conn: psycopg.AsyncConnection, ttl: float) -> dict[str, W
     cur = conn.cursor(row_factory=dict_row)
     await cur.execute(
         "SELECT worker_id, host, kind, pid, device, queues, models,"
-        " last_heartbeat > clock_timestamp() - make_interval(secs => %s) AS alive,"
+        f" {WORKER_ALIVE} AS alive,"
         " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8 AS silent_for"
-        " FROM workers", (ttl,))
+        " FROM workers", {"ttl": ttl})
     workers = {}
     for row in await cur.fetchall():
         queue = (inference_queue_of(row["worker_id"], row["device"], row["queues"])
@@ -482,7 +483,8 @@ class Reaper:
 
     async def _workers(self, conn: psycopg.AsyncConnection, report: PassReport) -> None:
         cur = await conn.execute(
-            "UPDATE workers SET dead = true WHERE NOT dead"
+            # A worker that said goodbye stopped; it did not die.
+            "UPDATE workers SET dead = true WHERE NOT dead AND stopped_at IS NULL"
             " AND last_heartbeat < clock_timestamp() - make_interval(secs => %s)"
             " RETURNING worker_id, host, pid, kind,"
             " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8",

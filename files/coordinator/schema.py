@@ -103,10 +103,23 @@ CREATE TRIGGER tasks_finished_notify
     EXECUTE FUNCTION coordinator_task_event();
 """
 
+_V2 = """
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS stopped_at timestamptz;
+COMMENT ON COLUMN workers.stopped_at IS
+    'when the worker said goodbye (POST /workers/{id}/deregister); null once it registers or '
+    'heartbeats again';
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
+    (2, "workers.stopped_at: a worker that said goodbye is not alive", _V2),
 ]
+
+#: Whether a `workers` row is alive: it heartbeated within the TTL (the query's parameter
+#: ``ttl``, seconds) and did not say goodbye since. The one definition every query uses.
+WORKER_ALIVE = ("(stopped_at IS NULL AND last_heartbeat > clock_timestamp()"
+                " - make_interval(secs => %(ttl)s))")
 
 LATEST_VERSION = MIGRATIONS[-1][0]
 

@@ -8,6 +8,7 @@ what these methods return.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -41,7 +42,7 @@ from .routing import (
     describe_no_worker,
     inference_queue_of,
 )
-from .schema import ensure_schema
+from .schema import WORKER_ALIVE, ensure_schema
 
 log = logging.getLogger("coordinator")
 
@@ -413,15 +414,17 @@ class Coordinator:
         return KnownWorker(worker_id, host, kind, queue, tuple(models or ()),
                            now + (remaining or 0.0))
 
+    # Seconds the worker has left to live: none once it said goodbye.
     _WORKER_ROWS = (
         "SELECT worker_id, host, kind, device, queues, models,"
-        " extract(epoch FROM last_heartbeat + make_interval(secs => %s)"
-        " - clock_timestamp())::float8 FROM workers"
+        " CASE WHEN stopped_at IS NULL THEN"
+        " extract(epoch FROM last_heartbeat + make_interval(secs => %(ttl)s)"
+        " - clock_timestamp())::float8 ELSE 0 END FROM workers"
     )
 
     async def refresh_registry(self) -> None:
         async with self.pool.connection() as conn:
-            cur = await conn.execute(self._WORKER_ROWS, (self.cfg.heartbeat_ttl,))
+            cur = await conn.execute(self._WORKER_ROWS, {"ttl": self.cfg.heartbeat_ttl})
             now = time.monotonic()
             workers = [self._known(r, now) for r in await cur.fetchall()]
             load = await load_by_queue(conn, [w.queue for w in workers if w.queue])
@@ -429,8 +432,8 @@ class Coordinator:
 
     async def _lookup_worker(self, worker_id: str) -> KnownWorker | None:
         async with self.pool.connection() as conn:
-            cur = await conn.execute(self._WORKER_ROWS + " WHERE worker_id = %s",
-                                     (self.cfg.heartbeat_ttl, worker_id))
+            cur = await conn.execute(self._WORKER_ROWS + " WHERE worker_id = %(worker_id)s",
+                                     {"ttl": self.cfg.heartbeat_ttl, "worker_id": worker_id})
             row = await cur.fetchone()
         if row is None:
             return None
@@ -540,7 +543,7 @@ class Coordinator:
                 " kind = EXCLUDED.kind, device = EXCLUDED.device, queues = EXCLUDED.queues,"
                 " models = EXCLUDED.models, version = EXCLUDED.version, pid = EXCLUDED.pid,"
                 " instance_id = EXCLUDED.instance_id, registered_at = clock_timestamp(),"
-                " last_heartbeat = clock_timestamp(), dead = false", params)
+                " last_heartbeat = clock_timestamp(), dead = false, stopped_at = NULL", params)
             cur = await conn.execute(
                 "WITH i AS (INSERT INTO worker_instances (instance_id, worker_id, host, pid)"
                 " VALUES (%(instance_id)s, %(worker_id)s, %(host)s, %(pid)s)"
@@ -585,6 +588,7 @@ class Coordinator:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "WITH w AS (UPDATE workers SET last_heartbeat = clock_timestamp(), dead = false,"
+                " stopped_at = NULL,"
                 " in_flight = COALESCE(%(in_flight)s, in_flight),"
                 " db_write_failures = COALESCE(%(db_write_failures)s, db_write_failures),"
                 " last_error = %(last_error)s WHERE worker_id = %(worker_id)s"
@@ -605,14 +609,40 @@ class Coordinator:
             self.reaper.kick()  # back from the dead: dispatch what waits for it now
         return {"duplicate": row[7]}
 
+    async def deregister(self, worker_id: str, instance_id: str) -> dict[str, Any] | None:
+        """The goodbye of a stopping worker process: its instance is gone, and the worker is
+        stopped unless another process of it registered since. None for an unknown worker."""
+        params = {"worker_id": worker_id, "instance_id": instance_id}
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "WITH gone AS (DELETE FROM worker_instances WHERE instance_id = %(instance_id)s"
+                " AND worker_id = %(worker_id)s)"
+                " UPDATE workers SET stopped_at = clock_timestamp(), in_flight = 0"
+                " WHERE worker_id = %(worker_id)s AND instance_id = %(instance_id)s"
+                " RETURNING host, kind", params)
+            stopped = await cur.fetchone()
+            if stopped is None:
+                cur = await conn.execute(
+                    "SELECT 1 FROM workers WHERE worker_id = %(worker_id)s", params)
+                if await cur.fetchone() is None:
+                    return None
+        if stopped is not None:
+            known = self.registry.get(worker_id)
+            if known is not None:
+                self.registry.put(dataclasses.replace(known, expires=time.monotonic()))
+            log.info("%s worker '%s' on host '%s' stopped (deregistered)", stopped[1],
+                     worker_id, stopped[0])
+            if self.reaper is not None:
+                self.reaper.kick()  # its waiting tasks go to another worker now
+        return {"stopped": stopped is not None}
+
     async def list_workers(self) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 "SELECT w.worker_id, w.host, w.kind, w.device, w.queues, w.models, w.version,"
                 " w.pid, w.instance_id::text, w.registered_at, w.last_heartbeat,"
-                " w.last_heartbeat > clock_timestamp() - make_interval(secs => %(ttl)s)"
-                " AS alive,"
+                f" {WORKER_ALIVE} AS alive, w.stopped_at,"
                 " round(extract(epoch FROM clock_timestamp() - w.last_heartbeat)::numeric, 1)"
                 "::float8 AS seconds_since_heartbeat,"
                 " w.in_flight, w.db_write_failures, w.last_error, w.duplicate,"
@@ -625,8 +655,8 @@ class Coordinator:
                 " FROM workers w ORDER BY w.worker_id", {"ttl": self.cfg.heartbeat_ttl})
             rows = await cur.fetchall()
         for row in rows:
-            row["registered_at"] = _iso(row["registered_at"])
-            row["last_heartbeat"] = _iso(row["last_heartbeat"])
+            for column in ("registered_at", "last_heartbeat", "stopped_at"):
+                row[column] = _iso(row[column])
         return rows
 
     async def _active_counts(self, conn: psycopg.AsyncConnection
@@ -714,10 +744,9 @@ class Coordinator:
                         counts = await cur.fetchall()
                         queued, running, waiting = await self._active_counts(conn)
                         cur = await conn.execute(
-                            "SELECT kind, count(*) FILTER (WHERE last_heartbeat >"
-                            " clock_timestamp() - make_interval(secs => %s)),"
+                            f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
                             " count(*) FILTER (WHERE duplicate) FROM workers GROUP BY kind",
-                            (self.cfg.heartbeat_ttl,))
+                            {"ttl": self.cfg.heartbeat_ttl})
                         kinds = await cur.fetchall()
                         names = await self._queue_names(conn, set(queued) | set(running))
                 self._stats = _Cache(now, (counts, running, waiting, kinds, names))

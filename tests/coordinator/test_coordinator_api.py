@@ -297,6 +297,9 @@ def test_worker_endpoint_errors(client: httpx.Client) -> None:
     assert resp.status_code == 422 and "device" in resp.json()["error"]
     resp = client.post("/workers/ghost/heartbeat", json={"instance_id": str(uuid.uuid4())})
     assert resp.status_code == 404 and "register" in resp.json()["error"]
+    resp = client.post("/workers/ghost/deregister", json={"instance_id": str(uuid.uuid4())})
+    assert resp.json() == {"error": "unknown worker 'ghost': nothing to deregister"}
+    assert resp.status_code == 404
     resp = client.get("/no/such/path")
     assert resp.status_code == 404 and "error" in resp.json()
     resp = client.delete("/route")
@@ -311,6 +314,7 @@ PROTECTED = [
     ("POST", "/workers/register", {"worker_id": "w", "host": "h", "kind": "web",
                                    "instance_id": str(uuid.uuid4())}),
     ("POST", "/workers/w/heartbeat", {"instance_id": str(uuid.uuid4())}),
+    ("POST", "/workers/w/deregister", {"instance_id": str(uuid.uuid4())}),
     ("GET", "/workers", None),
     ("GET", "/queues", None),
     ("GET", "/openapi.json", None),
@@ -358,6 +362,32 @@ def test_workers_and_queues(server: ServerThread, client: httpx.Client, make_wor
     assert queues["tasks:web"]["depth"] == 1 and queues["tasks:web"]["in_flight"] == 0
     assert queues["tasks:cpu:mac"]["depth"] == 1 and queues["tasks:cpu:mac"]["in_flight"] == 1
     assert queues["tasks:rag"]["depth"] == 0
+
+
+def test_deregistered_worker_is_stopped_at_once_and_its_queue_moves(
+        server: ServerThread, client: httpx.Client, backends: Backends, make_worker) -> None:
+    leaving = make_worker(server, "leaving", device="cpu").start()
+    staying = make_worker(server, "staying", device="cpu").start()
+    task_id = route(client, prompt="p", task_type="generate")["task_id"]
+    first = backends.task(task_id)["worker"]
+    goer, other = (leaving, staying) if first == "leaving" else (staying, leaving)
+    goer.stop()
+    answer = client.post(f"/workers/{goer.worker_id}/deregister",
+                         json={"instance_id": goer.instance_id})
+    assert answer.status_code == 200 and answer.json() == {"stopped": True}
+    listed = {w["worker_id"]: w for w in client.get("/workers").json()["workers"]}
+    assert listed[goer.worker_id]["alive"] is False
+    assert listed[goer.worker_id]["stopped_at"] is not None
+    assert listed[goer.worker_id]["live_instances"] == []
+    assert listed[other.worker_id]["alive"] is True
+    # Its waiting task goes to the worker that stays, without waiting for the TTL.
+    wait_for(lambda: backends.task(task_id)["worker"] == other.worker_id, 10)
+    # A goodbye from an instance that is no longer the worker's current one stops nothing.
+    stale = client.post(f"/workers/{other.worker_id}/deregister",
+                        json={"instance_id": str(uuid.uuid4())})
+    assert stale.json() == {"stopped": False}
+    assert {w["worker_id"]: w["alive"] for w in client.get("/workers").json()["workers"]}[
+        other.worker_id] is True
 
 
 def test_health_and_metrics(client: httpx.Client, server: ServerThread, make_worker) -> None:

@@ -21,6 +21,7 @@ import psycopg2.extras
 import pytest
 import redis
 import requests
+import yaml
 
 from lab import throwaway
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
@@ -245,9 +246,9 @@ def web_env(pg: ThrowawayPostgres, redis_server: ThrowawayRedis, coordinator: Co
     }
 
 
-# What a role copies to a node for each program: worker_web.py goes alone.
-SHIPPED = {"worker_web.py": ["worker_web.py"],
-           "worker_infer.py": ["worker_infer.py", "worker_base.py"]}
+# What the worker role copies to every worker node (its default worker_files).
+SHIPPED = yaml.safe_load((FILES.parent / "roles" / "worker" / "defaults" / "main.yml")
+                         .read_text())["worker_files"]
 
 
 @pytest.fixture
@@ -259,7 +260,7 @@ def start_worker(tmp_path: Path) -> Iterator[WorkerFactory]:
     def start(env: dict[str, str], script: str = "worker_web.py") -> Service:
         node = tmp_path / "node"
         node.mkdir(exist_ok=True)
-        for name in SHIPPED[script]:
+        for name in SHIPPED:
             shutil.copy(FILES / name, node / name)
         log = tmp_path / f"{script}-{env.get('WORKER_ID', 'none')}-{len(started)}.log"
         service = Service([PYTHON, script], env, log, node)

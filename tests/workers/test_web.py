@@ -233,7 +233,13 @@ def test_sigterm_finishes_the_current_task_then_exits_0(web_env, start_worker, c
     assert (row["status"], row["fallback"]) == ("done", False)
     lines = messages(worker)
     asked = lines.index("INFO SIGTERM: finishing the current task (at most 30s), then exiting")
-    assert lines.index(f"INFO Task {task_id} done") > asked
+    said_goodbye = lines.index(f"INFO Deregistered {web_env['WORKER_ID']} from "
+                               f"{coordinator.url}")
+    assert asked < lines.index(f"INFO Task {task_id} done") < said_goodbye
+    # The registry knows at once, not after the heartbeat TTL.
+    registered = coordinator.worker(web_env["WORKER_ID"])
+    assert (registered["alive"], registered["live_instances"]) == (False, [])
+    assert registered["stopped_at"] is not None
 
 
 def test_sigterm_gives_up_after_the_shutdown_timeout(web_env, start_worker, coordinator, tasks,
@@ -249,6 +255,22 @@ def test_sigterm_gives_up_after_the_shutdown_timeout(web_env, start_worker, coor
     assert (f"ERROR The current task did not finish within 1s; exiting, it stays in "
             f"{processing} and is finished at the next start") in messages(worker)
     assert rds.lrange(processing, 0, -1) == [task_id]
+    assert coordinator.worker(web_env["WORKER_ID"])["alive"] is False
+
+
+def test_a_heartbeat_after_the_goodbye_makes_it_alive_again(web_env, start_worker,
+                                                           coordinator):
+    # A second process of the same worker id (a restart) registers and heartbeats: alive.
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit(40) == 0
+    assert coordinator.worker(web_env["WORKER_ID"])["alive"] is False
+    again = start_worker(web_env)
+    again.wait_for(WAITING)
+    registered = coordinator.worker(web_env["WORKER_ID"])
+    assert (registered["alive"], registered["stopped_at"], registered["pid"]) == (
+        True, None, again.pid)
 
 
 def test_second_copy_of_a_worker_id_is_refused_naming_the_first(web_env, start_worker,
