@@ -4,12 +4,20 @@
     python -m lab.lab destroy               remove the containers and the network
     python -m lab.lab status                show the lab's containers
     python -m lab.lab --inventory DIR ...   another lab inventory (default inventory/lab)
+    python -m lab.lab up --network NAME --subnet CIDR NAME=ADDRESS ...
+    python -m lab.lab down --network NAME NAME ...
+                                            any set of nodes (molecule/create.yml, destroy.yml)
 
 The hosts and their fixed addresses come from the lab inventory (inventory/lab/hosts.yml,
 `node_address` of every host in the group `lab_nodes`), the network, subnet and image from
 inventory/lab/group_vars/all/lab.yml, so the inventory is the one place that names them.
 `--outsider` adds the outsider (`lab-outsider`), a container in no inventory group, for
 negative tests.
+
+Every node is reached as a real host is: sshd runs in it, and Ansible logs in as the non-root
+user `admin` with the key `.lab/ssh/id_ed25519`, then uses sudo with admin's password
+(`.lab/ssh/admin_password`); the nodes' host keys are in `.lab/ssh/known_hosts`. All three are
+made here, once per checkout (key, password) or per container (host key).
 Podman runs with CONTAINERS_CONF=lab/containers.conf (runc, explicit ulimits); see docs/lab.md.
 """
 
@@ -36,6 +44,12 @@ REPO = Path(__file__).resolve().parent.parent
 INVENTORY = REPO / "inventory" / "lab"
 STATE_DIR = REPO / ".lab"
 SECRETS_DIR = STATE_DIR / "secrets"
+# How Ansible reaches every lab and Molecule node (the inventories' connection settings).
+SSH_DIR = STATE_DIR / "ssh"
+SSH_KEY = SSH_DIR / "id_ed25519"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
+ADMIN_PASSWORD = SSH_DIR / "admin_password"
+ADMIN_USER = "admin"
 APT_ARCHIVES = STATE_DIR / "apt-archives"
 # Generated on `create` unless present; the lab inventory reads them with the password lookup.
 SECRET_NAMES = ("coordinator_db_password", "redis_password")
@@ -67,12 +81,14 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
     )
 
 
-def podman(*args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
+def podman(*args: str, check: bool = True, capture: bool = False,
+           input_text: str | None = None) -> subprocess.CompletedProcess:
     """Run podman with the lab's containers.conf."""
     env = dict(os.environ)
     env.setdefault("CONTAINERS_CONF", str(REPO / "lab" / "containers.conf"))
     return subprocess.run(
-        ["podman", *args], check=check, env=env, text=True, capture_output=capture
+        ["podman", *args], check=check, env=env, text=True, capture_output=capture,
+        input=input_text,
     )
 
 
@@ -111,19 +127,33 @@ def exists(kind: str, name: str) -> bool:
     return podman(kind, "exists", name, check=False, capture=True).returncode == 0
 
 
+def write_secret(path: Path) -> str:
+    """The secret in ``path`` (32 letters and digits, mode 0600), made on first use."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    if path.exists() and path.read_text().strip():
+        return path.read_text().split()[0]
+    alphabet = string.ascii_letters + string.digits
+    value = "".join(secrets.choice(alphabet) for _ in range(32))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+    return value
+
+
 def ensure_secrets() -> None:
     """Generate the lab-only secrets into .lab/secrets (mode 0600) unless they exist."""
-    SECRETS_DIR.mkdir(parents=True, exist_ok=True)
-    SECRETS_DIR.chmod(0o700)
-    alphabet = string.ascii_letters + string.digits
     for name in SECRET_NAMES:
-        path = SECRETS_DIR / name
-        if path.exists() and path.read_text().strip():
-            continue
-        value = "".join(secrets.choice(alphabet) for _ in range(32))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(value + "\n")
+        write_secret(SECRETS_DIR / name)
+
+
+def ensure_ssh_identity() -> tuple[str, str]:
+    """The key pair Ansible logs in with and admin's sudo password: (public key, password)."""
+    password = write_secret(ADMIN_PASSWORD)
+    if not SSH_KEY.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "coordinator-lab",
+                        "-f", str(SSH_KEY)], check=True)
+    return SSH_KEY.with_suffix(".pub").read_text(), password
 
 
 def wait_for_systemd(name: str, timeout: int = 60) -> None:
@@ -143,10 +173,12 @@ def wait_for_systemd(name: str, timeout: int = 60) -> None:
         raise SystemExit(f"{name}: systemd did not finish booting (state {state!r})")
 
 
-def start_container(lab: Lab, name: str, address: str) -> None:
+def start_container(network: str, image: str, name: str, address: str) -> None:
     if exists("container", name):
         podman("start", name, capture=True)
         return
+    # One apt cache per container: apt's lock on it does not work across containers.
+    (APT_ARCHIVES / name / "partial").mkdir(parents=True, exist_ok=True)
     podman(
         "run",
         "--detach",
@@ -155,46 +187,106 @@ def start_container(lab: Lab, name: str, address: str) -> None:
         "--hostname",
         name,
         "--network",
-        lab.network,
+        network,
         "--ip",
         address,
         "--systemd=always",
         "--label",
-        f"{LABEL}={lab.network}",
+        f"{LABEL}={network}",
         "--volume",
         f"{APT_ARCHIVES / name}:/var/cache/apt/archives",
-        lab.image,
+        image,
         "/sbin/init",
         capture=True,
     )
 
 
-def create(lab: Lab, outsider: bool = False) -> None:
+def grant_access(name: str, public_key: str, password: str) -> None:
+    """Let Ansible in as a user does: admin's authorized key, and the password sudo asks."""
+    home = f"/home/{ADMIN_USER}"
+    podman("exec", "--interactive", name, "sh", "-c",
+           f"install -d -m 0700 -o {ADMIN_USER} -g {ADMIN_USER} {home}/.ssh"
+           f" && cat > {home}/.ssh/authorized_keys"
+           f" && chown {ADMIN_USER}:{ADMIN_USER} {home}/.ssh/authorized_keys"
+           f" && chmod 0600 {home}/.ssh/authorized_keys",
+           input_text=public_key, capture=True)
+    podman("exec", "--interactive", name, "chpasswd",
+           input_text=f"{ADMIN_USER}:{password}\n", capture=True)
+
+
+def trust_host_key(name: str, address: str, timeout: float = 60) -> None:
+    """Put the node's (new) host key in .lab/ssh/known_hosts, as `ssh-keyscan` does for a
+    user, once sshd answers; Ansible then checks it (host_key_checking = true)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        scan = subprocess.run(["ssh-keyscan", "-T", "5", "-t", "ed25519", address],
+                              capture_output=True, text=True, check=False)
+        if scan.stdout.strip():
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name}: sshd does not answer on {address}:22 after "
+                             f"{timeout:.0f} s: {scan.stderr.strip()[-300:]}")
+        time.sleep(1)
+    KNOWN_HOSTS.touch(mode=0o600)
+    subprocess.run(["ssh-keygen", "-R", address, "-f", str(KNOWN_HOSTS)],
+                   capture_output=True, check=False)
+    with KNOWN_HOSTS.open("a") as known:
+        known.write(scan.stdout)
+
+
+def ssh_login(address: str) -> subprocess.CompletedProcess:
+    """`ssh admin@<address> true` with the lab's key and known_hosts."""
+    return subprocess.run(
+        ["ssh", "-i", str(SSH_KEY), "-o", f"UserKnownHostsFile={KNOWN_HOSTS}",
+         "-o", "BatchMode=yes", "-o", "ConnectTimeout=120", f"{ADMIN_USER}@{address}", "true"],
+        capture_output=True, text=True, check=False, timeout=180)
+
+
+def up(network: str, subnet: str, image: str, nodes: dict[str, str]) -> None:
+    """Start (or restart) one systemd container per node at its address, reachable over SSH."""
     started = time.monotonic()
     subprocess.run([str(REPO / "lab" / "image" / "build.sh")], check=True)
-    ensure_secrets()
-    if not exists("network", lab.network):
-        podman("network", "create", "--subnet", lab.subnet, lab.network, capture=True)
-    nodes = dict(lab.nodes)
-    if outsider:
-        nodes[lab.outsider[0]] = lab.outsider[1]
+    public_key, password = ensure_ssh_identity()
+    if not exists("network", network):
+        podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():
-        # One apt cache per container: apt's lock on it does not work across containers.
-        (APT_ARCHIVES / name / "partial").mkdir(parents=True, exist_ok=True)
-        start_container(lab, name, address)
-    for name in nodes:
+        start_container(network, image, name, address)
+    for name, address in nodes.items():
         wait_for_systemd(name)
+        grant_access(name, public_key, password)
+        trust_host_key(name, address)
+        login = ssh_login(address)
+        if login.returncode != 0:
+            raise SystemExit(f"{name}: ssh {ADMIN_USER}@{address} failed: "
+                             f"{login.stderr.strip()[-300:]}")
     took = time.monotonic() - started
     print(f"lab up in {took:.0f} s: " + ", ".join(f"{n} {a}" for n, a in nodes.items()))
 
 
-def labelled(lab: Lab) -> list[str]:
-    """Containers this lab started (also the outsider), found by their label."""
+def down(network: str, names: list[str]) -> None:
+    """Remove the named containers, those labelled with the network, and the network."""
+    for name in sorted(set(names) | set(labelled(network))):
+        if exists("container", name):
+            podman("rm", "--force", "--time", "5", name, capture=True)
+    if exists("network", network):
+        podman("network", "rm", network, capture=True)
+
+
+def create(lab: Lab, outsider: bool = False) -> None:
+    ensure_secrets()
+    nodes = dict(lab.nodes)
+    if outsider:
+        nodes[lab.outsider[0]] = lab.outsider[1]
+    up(lab.network, lab.subnet, lab.image, nodes)
+
+
+def labelled(network: str) -> list[str]:
+    """Containers started on ``network`` (the outsider too), found by their label."""
     result = podman(
         "ps",
         "--all",
         "--filter",
-        f"label={LABEL}={lab.network}",
+        f"label={LABEL}={network}",
         "--format",
         "{{.Names}}",
         capture=True,
@@ -203,12 +295,8 @@ def labelled(lab: Lab) -> list[str]:
 
 
 def destroy(lab: Lab) -> None:
-    for name in sorted(set(lab.nodes) | set(labelled(lab))):
-        if exists("container", name):
-            podman("rm", "--force", "--time", "5", name, capture=True)
-    if exists("network", lab.network):
-        podman("network", "rm", lab.network, capture=True)
-    print("lab removed (secrets and the apt cache stay in .lab/)")
+    down(lab.network, list(lab.nodes))
+    print("lab removed (secrets, the SSH key and the apt cache stay in .lab/)")
 
 
 def status(lab: Lab) -> None:
@@ -231,10 +319,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("destroy", help="remove the containers and the network")
     sub.add_parser("status", help="list the lab's containers")
+    up_parser = sub.add_parser("up", help="start the given nodes (no inventory read)")
+    up_parser.add_argument("--network", required=True)
+    up_parser.add_argument("--subnet", required=True)
+    up_parser.add_argument("--image", default="localhost/coordinator-lab-node:bookworm")
+    up_parser.add_argument("nodes", nargs="+", metavar="NAME=ADDRESS")
+    down_parser = sub.add_parser("down", help="remove the given nodes and their network")
+    down_parser.add_argument("--network", required=True)
+    down_parser.add_argument("names", nargs="*", metavar="NAME")
     parser.add_argument(
         "--inventory", type=Path, default=INVENTORY, help="lab inventory (default inventory/lab)"
     )
     args = parser.parse_args(argv)
+    if args.command == "up":
+        up(args.network, args.subnet, args.image,
+           dict(node.split("=", 1) for node in args.nodes))
+        return 0
+    if args.command == "down":
+        down(args.network, args.names)
+        return 0
     lab = load_lab(args.inventory)
     if args.command == "create":
         create(lab, outsider=args.outsider)

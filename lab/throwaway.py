@@ -22,6 +22,18 @@ from typing import Any
 
 DB_NAME = "coordinator"
 DB_USER = "coordinator"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def ship_worker_programs(dest: Path) -> None:
+    """Copy into ``dest`` what the worker role ships to a node (its default worker_files),
+    so a test starts a worker the way a node runs it."""
+    import yaml
+
+    defaults = yaml.safe_load((REPO / "roles" / "worker" / "defaults" / "main.yml").read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in defaults["worker_files"]:
+        shutil.copy(REPO / "files" / name, dest / name)
 
 
 def free_port() -> int:

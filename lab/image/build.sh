@@ -28,15 +28,17 @@ force=0
 [ "${1:-}" = "--force" ] && force=1
 
 # Packages of the node image. python3-apt lets Ansible's apt module run without installing it
-# first on every converge.
-packages=(python3 python3-apt systemd systemd-sysv dbus procps iproute2 sudo ca-certificates)
+# first on every converge; openssh-server and sudo: Ansible logs in over SSH as a user with
+# sudo, as on a real host. No acl: the roles must work without it (docs/lab.md).
+packages=(python3 python3-apt systemd systemd-sysv dbus procps iproute2 sudo ca-certificates
+  openssh-server)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
 # Hash of everything that decides the image's content.
 inputs_hash() {
   {
-    cat "$here/build.sh" "$here/Containerfile"
+    cat "$here/build.sh" "$here/Containerfile" "$here/finish-rootfs.sh"
     printf '%s\n' "${packages[@]}"
   } | sha256sum | cut -d' ' -f1
 }
@@ -107,26 +109,16 @@ EOF
   cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
   chroot "$rootfs" apt-get update -qq >"$work/apt.log" 2>&1 || log "apt-get update in the image failed; lists stay empty"
   chroot "$rootfs" apt-get clean
-  finish_rootfs "$rootfs"
+  rm -f "$rootfs/etc/resolv.conf" "$rootfs/etc/hostname"
+  cp "$here/finish-rootfs.sh" "$rootfs/tmp/finish-rootfs.sh"
+  chroot "$rootfs" /bin/sh /tmp/finish-rootfs.sh
+  rm -f "$rootfs/tmp/finish-rootfs.sh"
   log "importing into $image"
   tar -C "$rootfs" -c . | podman import \
     --change 'CMD ["/sbin/init"]' \
     --change 'STOPSIGNAL SIGRTMIN+3' \
     --change "LABEL coordinator.lab.inputs=$want" \
     - "$image" >/dev/null
-}
-
-# Settings a container with systemd as PID 1 needs; same as the Containerfile's RUN step.
-finish_rootfs() {
-  local root="$1"
-  : >"$root/etc/machine-id"
-  rm -f "$root/etc/resolv.conf" "$root/etc/hostname"
-  # Units that make no sense in a container and only slow the boot or fail.
-  for unit in systemd-remount-fs.service getty@tty1.service console-getty.service \
-    systemd-udevd.service systemd-udev-trigger.service sys-kernel-debug.mount \
-    systemd-firstboot.service; do
-    ln -sf /dev/null "$root/etc/systemd/system/$unit"
-  done
 }
 
 start=$SECONDS

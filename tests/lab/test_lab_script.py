@@ -1,4 +1,5 @@
-"""lab/lab.py creates a lab from an inventory (static addresses, systemd up) and removes it.
+"""lab/lab.py creates a lab from an inventory (static addresses, systemd up, reached over SSH
+as admin with sudo) and removes it.
 
 Uses its own small inventory (network coordinator-labtest, 10.89.22.0/24), never the lab's.
 """
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from lab import lab as lab_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,6 +50,30 @@ def podman(env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False)
 
 
+def ssh(address: str, *command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["ssh", "-i", str(lab_module.SSH_KEY), "-o", "BatchMode=yes",
+         "-o", f"UserKnownHostsFile={lab_module.KNOWN_HOSTS}", "-o", "StrictHostKeyChecking=yes",
+         f"admin@{address}", *command],
+        input=stdin, capture_output=True, text=True, check=False, timeout=120)
+
+
+def assert_reached_like_a_host(address: str) -> None:
+    """ssh as admin with the lab's key, the node's own host key checked, sudo asking for
+    admin's password and accepting it; root cannot log in."""
+    assert ssh(address, "id", "-un").stdout.strip() == "admin"
+    no_password = ssh(address, "sudo", "-n", "true")
+    assert no_password.returncode != 0 and "password is required" in no_password.stderr
+    password = lab_module.ADMIN_PASSWORD.read_text().split()[0]
+    with_password = ssh(address, "sudo -S -p '' id -u", stdin=password + "\n")
+    assert with_password.stdout.strip() == "0", with_password.stderr
+    root = subprocess.run(
+        ["ssh", "-i", str(lab_module.SSH_KEY), "-o", "BatchMode=yes",
+         "-o", f"UserKnownHostsFile={lab_module.KNOWN_HOSTS}", f"root@{address}", "true"],
+        capture_output=True, text=True, check=False, timeout=120)
+    assert root.returncode != 0 and "Permission denied" in root.stderr
+
+
 @pytest.mark.timeout(900)
 def test_create_then_destroy(tmp_path, podman_ready, lab_env):
     (tmp_path / "group_vars" / "all").mkdir(parents=True)
@@ -67,6 +94,7 @@ def test_create_then_destroy(tmp_path, podman_ready, lab_env):
             ).stdout
             assert f"inet {address}/24" in addresses
             assert podman(lab_env, "exec", name, "hostname").stdout.strip() == name
+            assert_reached_like_a_host(address)
         # The nodes reach each other over the lab network (a refused TCP connect = reached).
         probe = podman(
             lab_env,
@@ -79,9 +107,14 @@ def test_create_then_destroy(tmp_path, podman_ready, lab_env):
             "except ConnectionRefusedError:\n print('refused')",
         )
         assert probe.stdout.strip() == "refused", probe
+        # Each node has its own host key.
+        keys = [line.split()[2] for line in lab_module.KNOWN_HOSTS.read_text().splitlines()
+                if line.split()[0] in ("10.89.22.40", "10.89.22.42")]
+        assert len(keys) == len(set(keys)) == 2
         # A second create changes nothing and succeeds.
         again = lab(lab_env, tmp_path, "create")
         assert again.returncode == 0, again.stdout + again.stderr
+        assert_reached_like_a_host("10.89.22.40")
     finally:
         destroyed = lab(lab_env, tmp_path, "destroy")
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
