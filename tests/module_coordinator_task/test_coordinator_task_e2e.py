@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from coordinator_task_harness import (
     unique_prompt,
 )
 
-from lab.throwaway import ThrowawayRedis, free_port
+from lab.throwaway import ThrowawayRedis, free_port, ship_worker_programs
 
 MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 # Not the id the SQL worker of the other tests uses: once this worker is stopped and dead,
@@ -119,10 +118,11 @@ def web_worker(
     ollama: Standin,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Process]:
-    """worker_web.py alone in a folder, as the worker role ships it, with the post's env."""
+    """worker_web.py in a folder with what the worker role ships beside it, with the post's
+    env."""
     workdir = tmp_path_factory.mktemp("web-worker")
     searxng = start_standin("searxng", workdir)
-    shutil.copy(REPO / "files" / "worker_web.py", workdir / "worker_web.py")
+    ship_worker_programs(workdir)
     env = {
         "PATH": os.environ["PATH"],
         "REDIS_HOST": "127.0.0.1",

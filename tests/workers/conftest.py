@@ -8,7 +8,6 @@ acts within seconds.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -21,7 +20,6 @@ import psycopg2.extras
 import pytest
 import redis
 import requests
-import yaml
 
 from lab import throwaway
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
@@ -246,11 +244,6 @@ def web_env(pg: ThrowawayPostgres, redis_server: ThrowawayRedis, coordinator: Co
     }
 
 
-# What the worker role copies to every worker node (its default worker_files).
-SHIPPED = yaml.safe_load((FILES.parent / "roles" / "worker" / "defaults" / "main.yml")
-                         .read_text())["worker_files"]
-
-
 @pytest.fixture
 def start_worker(tmp_path: Path) -> Iterator[WorkerFactory]:
     """Start a worker as a user does (`python worker_web.py` with env) from a folder holding
@@ -259,9 +252,7 @@ def start_worker(tmp_path: Path) -> Iterator[WorkerFactory]:
 
     def start(env: dict[str, str], script: str = "worker_web.py") -> Service:
         node = tmp_path / "node"
-        node.mkdir(exist_ok=True)
-        for name in SHIPPED:
-            shutil.copy(FILES / name, node / name)
+        throwaway.ship_worker_programs(node)
         log = tmp_path / f"{script}-{env.get('WORKER_ID', 'none')}-{len(started)}.log"
         service = Service([PYTHON, script], env, log, node)
         started.append(service)
