@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import Any
@@ -117,7 +118,9 @@ options:
   timeout:
     description:
       - Seconds to wait for the task to reach C(done) or C(failed), counted from routing.
-      - Also the time limit of the route request itself.
+      - Also the time limit of the route request itself. Within it, a Coordinator that
+        refuses the connection or answers 503 (restarting, or PostgreSQL restarting) is asked
+        again every second, and a PostgreSQL connection lost while waiting is made again.
     type: int
     default: 60
   poll_interval:
@@ -318,6 +321,8 @@ finished_at:
 """
 
 APPLICATION_NAME = "coordinator_task probe"
+# Seconds between two route attempts while the Coordinator restarts (connection refused, 503).
+ROUTE_RETRY_DELAY = 1.0
 LOGIN_OPTIONS = (
     "login_host", "login_unix_socket", "login_port", "login_user", "login_password", "login_db",
 )
@@ -405,32 +410,51 @@ class Probe:
             model=params["model"],
             target_worker=params["target_worker"],
         )
-        try:
-            answer = open_url(
-                request.url,
-                data=request.body,
-                headers=request.headers,
-                method="POST",
-                timeout=params["timeout"],
-                validate_certs=params["validate_certs"],
-            )
-        except HTTPError as exc:
-            raise ProbeError(
-                describe_http_error(url, exc.code, exc.read(), bool(params["coordinator_token"]))
-            ) from exc
-        except (URLError, OSError) as exc:
-            raise ProbeError(describe_unreachable(url, str(getattr(exc, "reason", exc)))) from exc
-        return parse_route_answer(url, answer.read())
+        deadline = time.monotonic() + params["timeout"]
+        while True:
+            try:
+                answer = open_url(
+                    request.url,
+                    data=request.body,
+                    headers=request.headers,
+                    method="POST",
+                    timeout=params["timeout"],
+                    validate_certs=params["validate_certs"],
+                )
+                return parse_route_answer(url, answer.read())
+            except HTTPError as exc:
+                failure = ProbeError(describe_http_error(
+                    url, exc.code, exc.read(), bool(params["coordinator_token"])))
+                # 503: the Coordinator could not store the task (PostgreSQL restarting).
+                retry = exc.code == 503
+            except (URLError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                failure = ProbeError(describe_unreachable(url, str(reason)))
+                # Refused: nothing listens (the Coordinator restarting); no task was made.
+                retry = isinstance(reason, ConnectionRefusedError)
+            if not retry or time.monotonic() + ROUTE_RETRY_DELAY > deadline:
+                raise failure
+            time.sleep(ROUTE_RETRY_DELAY)
 
-    def read(self, task_id: str) -> TaskRow:
-        try:
-            values = self._execute(SELECT_TASK_SQL, (task_id,))
-        except self.driver.error as exc:
-            raise ProbeError(
-                f"lost PostgreSQL ({self.target}) while waiting for task {task_id}: "
-                f"{first_line(str(exc))}",
-                {"task_id": task_id},
-            ) from exc
+    def read(self, task_id: str, deadline: float) -> TaskRow:
+        """The task's row; a lost connection (PostgreSQL restarting) is made again until
+        ``deadline``."""
+        while True:
+            try:
+                if self.conn is None:
+                    self.conn = self.driver.connect(
+                        self.conninfo, self.module.params["connect_timeout"], APPLICATION_NAME)
+                values = self._execute(SELECT_TASK_SQL, (task_id,))
+                break
+            except self.driver.error as exc:
+                self.close()
+                if time.monotonic() + self.module.params["poll_interval"] > deadline:
+                    raise ProbeError(
+                        f"lost PostgreSQL ({self.target}) while waiting for task {task_id}: "
+                        f"{first_line(str(exc))}",
+                        {"task_id": task_id},
+                    ) from exc
+                time.sleep(self.module.params["poll_interval"])
         # The Coordinator commits the row before it answers 201: absent means the probe reads
         # another database, and waiting out the timeout would only hide that.
         if values is None:
@@ -446,18 +470,20 @@ class Probe:
         """Poll the row until final; the deadline counts from routing, not from the first read."""
         params = self.module.params
         deadline = started + params["timeout"]
-        row = self.read(task_id)
+        row = self.read(task_id, deadline)
         while not is_final(row):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProbeError(describe_timeout(row, params["timeout"]), result_fields(row))
             time.sleep(min(params["poll_interval"], remaining))
-            row = self.read(task_id)
+            row = self.read(task_id, deadline)
         return row
 
     def close(self) -> None:
         if self.conn is not None:
-            self.conn.close()
+            with contextlib.suppress(self.driver.error):
+                self.conn.close()
+            self.conn = None
 
 
 def run(module: AnsibleModule, driver: Driver) -> dict[str, Any]:

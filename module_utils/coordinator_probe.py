@@ -237,26 +237,27 @@ def parse_route_answer(coordinator_url: str, body: bytes) -> str:
 
 
 def describe_http_error(
-    coordinator_url: str, status: int, body: bytes, token_given: bool
+    coordinator_url: str, status: int, body: bytes, token_given: bool,
+    request: str = "POST /route",
 ) -> str:
-    """One line for a non-2xx answer to ``POST /route``."""
+    """One line for a non-2xx answer to ``request`` (``POST /route``, ``GET /workers``)."""
     if status == 401:
         if token_given:
             return (
-                f"Coordinator at {coordinator_url} refused the token (401 on POST /route): "
+                f"Coordinator at {coordinator_url} refused the token (401 on {request}): "
                 "check coordinator_token"
             )
         return (
-            f"Coordinator at {coordinator_url} needs a token (401 on POST /route): "
+            f"Coordinator at {coordinator_url} needs a token (401 on {request}): "
             "set coordinator_token"
         )
     reason = _error_from_body(body)
     if status == 404:
         return (
-            f"Coordinator at {coordinator_url} answered 404 on POST /route ({reason}): "
+            f"Coordinator at {coordinator_url} answered 404 on {request} ({reason}): "
             "check coordinator_url points at the Coordinator API"
         )
-    return f"Coordinator at {coordinator_url} answered {status} on POST /route: {reason}"
+    return f"Coordinator at {coordinator_url} answered {status} on {request}: {reason}"
 
 
 def _error_from_body(body: bytes) -> str:

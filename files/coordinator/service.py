@@ -369,6 +369,9 @@ class Coordinator:
         self.pool = psycopg_pool.AsyncConnectionPool(
             cfg.pg_dsn, min_size=cfg.pg_pool_size, max_size=cfg.pg_pool_size, open=False,
             timeout=5, name="coordinator", reconnect_timeout=3600,
+            # A PostgreSQL restart leaves every pooled connection dead; checked when taken,
+            # a dead one is replaced instead of failing the request with a 503.
+            check=psycopg_pool.AsyncConnectionPool.check_connection,
             kwargs={"autocommit": True, "application_name": self.app_name,
                     "connect_timeout": 10},
         )

@@ -10,6 +10,8 @@ docs/design.md while the module waits.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import json
 import os
 import secrets
@@ -19,6 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from urllib.error import URLError
 from urllib.request import urlopen
 
@@ -112,12 +115,12 @@ def pg_args(db: TasksDb, **changes: object) -> dict[str, object]:
     return args
 
 
-def _playbook(args: dict[str, object]) -> str:
+def _playbook(args: dict[str, object], module: str) -> str:
     # JSON is YAML: the arguments go in verbatim, with no quoting surprises.
     play = [{
         "hosts": "localhost",
         "gather_facts": False,
-        "tasks": [{"name": "probe", "coordinator_task": args}],
+        "tasks": [{"name": "probe", module: args}],
     }]
     return json.dumps(play, ensure_ascii=False)
 
@@ -138,10 +141,12 @@ def _env(tmp: Path, extra: dict[str, str]) -> dict[str, str]:
 
 
 def start_probe(
-    tmp: Path, args: dict[str, object], check: bool = False, env: dict[str, str] | None = None
+    tmp: Path, args: dict[str, object], check: bool = False, env: dict[str, str] | None = None,
+    module: str = "coordinator_task",
 ) -> subprocess.Popen[str]:
+    """ansible-playbook running ``module`` (a module of library/) once on localhost."""
     tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "probe.yml").write_text(_playbook(args))
+    (tmp / "probe.yml").write_text(_playbook(args, module))
     command = [
         ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local",
         "-e", f"ansible_python_interpreter={PYTHON}", "probe.yml",
@@ -208,8 +213,11 @@ class SqlWorker:
         ).fetchone()
         assert row is not None, f"task {task_id}'s result could not be written"
 
-    def count(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
+    def count(self, prompt: str | None = None) -> int:
+        if prompt is None:
+            return self.conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
+        return self.conn.execute("SELECT count(*) FROM tasks WHERE prompt = %s",
+                                 (prompt,)).fetchone()[0]
 
     def close(self) -> None:
         self.conn.close()
@@ -236,10 +244,11 @@ class RunningCoordinator:
             self.proc.wait(5)
 
 
-def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path) -> RunningCoordinator:
+def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path,
+                      port: int | None = None, token: str | None = None) -> RunningCoordinator:
     """``python -m coordinator`` from files/, as its service runs it; ready once /health is 200."""
-    port = free_port()
-    token = secrets.token_urlsafe(24)
+    port = port or free_port()
+    token = token or secrets.token_urlsafe(24)
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
     env.update({
         "PG_DSN": db.dsn,
@@ -269,3 +278,32 @@ def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path) -> Runn
         time.sleep(0.1)
     proc.kill()
     pytest.fail(f"the Coordinator did not answer /health within 60s:\n{log.read_text()}")
+
+
+def module_doc(name: str) -> dict:
+    """A module's DOCUMENTATION, EXAMPLES and RETURN as ``ansible-doc --json`` parses them."""
+    out = subprocess.run(
+        [str(Path(PYTHON).parent / "ansible-doc"), "-M", str(REPO / "library"), "--json", name],
+        capture_output=True, text=True, check=True,
+    )
+    return json.loads(out.stdout)[name]
+
+
+def load_module(name: str, *module_utils_names: str) -> ModuleType:
+    """library/<name>.py imported with its module_utils where Ansible puts them."""
+    aliases = {f"ansible.module_utils.{util}": importlib.import_module(f"module_utils.{util}")
+               for util in module_utils_names}
+    saved = {alias: sys.modules.get(alias) for alias in aliases}
+    sys.modules.update(aliases)
+    try:
+        spec = importlib.util.spec_from_file_location(f"{name}_module",
+                                                      REPO / "library" / f"{name}.py")
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return loaded
+    finally:
+        for alias, value in saved.items():
+            if value is None:
+                sys.modules.pop(alias, None)
+            else:
+                sys.modules[alias] = value

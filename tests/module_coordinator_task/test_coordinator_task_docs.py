@@ -6,52 +6,24 @@ returned keys come from the module and module_utils themselves.
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import subprocess
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
-from coordinator_task_harness import PYTHON, REPO
+from coordinator_task_harness import load_module, module_doc
 
-import module_utils.coordinator_pg
-import module_utils.coordinator_probe
 from module_utils.coordinator_probe import TaskRow, result_fields
 
 
 @pytest.fixture(scope="module")
 def doc() -> dict:
-    out = subprocess.run(
-        [str(Path(PYTHON).parent / "ansible-doc"), "-M", str(REPO / "library"), "--json",
-         "coordinator_task"],
-        capture_output=True, text=True, check=True,
-    )
-    return json.loads(out.stdout)["coordinator_task"]
+    return module_doc("coordinator_task")
 
 
 @pytest.fixture(scope="module")
 def module() -> ModuleType:
-    """library/coordinator_task.py imported with its module_utils where Ansible puts them."""
-    saved = {name: sys.modules.get(name) for name in (
-        "ansible.module_utils.coordinator_probe", "ansible.module_utils.coordinator_pg")}
-    sys.modules["ansible.module_utils.coordinator_probe"] = module_utils.coordinator_probe
-    sys.modules["ansible.module_utils.coordinator_pg"] = module_utils.coordinator_pg
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "coordinator_task_module", REPO / "library" / "coordinator_task.py")
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-        return loaded
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = value
+    return load_module("coordinator_task", "coordinator_probe", "coordinator_pg")
 
 
 def test_every_option_is_documented_as_coded(doc, module):

@@ -8,6 +8,7 @@ run by ansible-playbook, polls the row.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,11 +20,13 @@ from coordinator_task_harness import (
     TasksDb,
     finish_probe,
     pg_args,
+    start_coordinator,
     start_probe,
     unique_prompt,
 )
 
 from coordinator.routing import RequestError, parse_route_request
+from lab.throwaway import free_port
 
 FAST = {"poll_interval": 0.2}
 
@@ -238,3 +241,44 @@ def test_check_mode_routes_nothing(coordinator, tasks_db, sql_worker, run_probe)
     assert run.msg == "check mode: no task routed"
     assert "task_id" not in run.result
     assert sql_worker.count() == before
+
+
+def test_a_coordinator_that_restarts_is_asked_again(tasks_db, probe_redis, sql_worker, tmp_path):
+    # Nothing listens on the port for the first seconds (the Coordinator restarting): the
+    # module asks again every second, within its timeout, and no task is made twice.
+    port, token = free_port(), "restart-token"
+    prompt = unique_prompt("restart")
+    args = {"coordinator_url": f"http://127.0.0.1:{port}", "coordinator_token": token,
+            "prompt": prompt, "timeout": 60, **pg_args(tasks_db), **FAST}
+    proc = start_probe(tmp_path, args)
+    time.sleep(3)
+    assert proc.poll() is None, "the module gave up while the Coordinator was down"
+    coordinator = start_coordinator(tasks_db, probe_redis, tmp_path, port=port, token=token)
+    try:
+        task_id = sql_worker.wait_for_task(prompt, proc)
+        answer(sql_worker, "macbookair", result="Sunny")(task_id)
+        run = finish_probe(proc)
+    finally:
+        coordinator.stop()
+    assert run.rc == 0, run.stdout + run.stderr
+    assert run.result["task_id"] == task_id
+    assert sql_worker.count(prompt) == 1
+
+
+def test_postgresql_lost_while_waiting_is_reconnected(coordinator, tasks_db, sql_worker, pg,
+                                                      tmp_path):
+    prompt = unique_prompt("pg-restart")
+
+    def restart_then_answer(task_id: str) -> None:
+        pg.restart()
+        after = SqlWorker(tasks_db.dsn)
+        try:
+            answer(after, "macbookair", result="Sunny")(task_id)
+        finally:
+            after.close()
+
+    task_id, run = route_and_work(tmp_path, sql_worker,
+                                  probe_args(coordinator, tasks_db, prompt, timeout=60),
+                                  restart_then_answer)
+    assert run.rc == 0, run.stdout + run.stderr
+    assert (run.result["task_id"], run.result["status"]) == (task_id, "done")

@@ -1,0 +1,287 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: the Coordinator's registry of alive workers, compared with what runs."""
+
+# Ansible's module convention puts DOCUMENTATION before the imports, hence the E402 waiver.
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: coordinator_workers
+short_description: Compare the Coordinator's alive workers with the ones the service managers run
+description:
+  - Reads C(GET /workers) of the Coordinator API and returns the workers it lists alive
+    (optionally of one O(kind)).
+  - Given O(expected), the workers the service managers of the reached hosts run (their
+    address and pid), it compares the two as O(require) says and fails with one line naming
+    each difference, with the worker id, host, pid and last heartbeat, and how to stop a
+    worker nobody manages.
+  - It is the second witness of a web worker move. Ansible sees the hosts it reaches and the
+    services it manages; the registry sees every worker that heartbeats, wherever it runs. A
+    copy started by hand, a host outside the inventory or one left out of the run would
+    otherwise go unseen while it takes tasks from a shared queue.
+  - A worker that stops cleanly deregisters at once; one that was killed stays listed alive
+    until the heartbeat TTL runs out. O(wait_for_heartbeats) waits that long for such entries
+    to go, and for new workers to register, before judging; a worker nobody accounts for
+    that heartbeats again meanwhile fails it at once.
+  - Read-only: it never changes anything and always reports C(changed=false).
+version_added: "0.2.0"
+author:
+  - Coordinator cluster project
+options:
+  coordinator_url:
+    description:
+      - Base URL of the Coordinator API.
+    type: str
+    required: true
+  coordinator_token:
+    description:
+      - Bearer token of the Coordinator. Leave unset when it runs without one.
+    type: str
+  validate_certs:
+    description:
+      - Verify the Coordinator's TLS certificate when O(coordinator_url) is C(https).
+    type: bool
+    default: true
+  kind:
+    description:
+      - Only workers of this kind. Unset means every kind.
+    type: str
+    choices: [web, inference, rag]
+  expected:
+    description:
+      - The workers the service managers run, one entry each.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      host:
+        description: The address the worker registers with (its C(WORKER_HOST)).
+        type: str
+        required: true
+      pid:
+        description: The process id its service manager reports.
+        type: int
+        required: true
+      version:
+        description: The version it must have registered with; unset accepts any.
+        type: str
+  hosts:
+    description:
+      - Inventory host name of each address, to name hosts in messages; an address missing
+        here is reported as a host outside the inventory.
+    type: dict
+    default: {}
+  require:
+    description:
+      - V(none) only reports.
+      - V(accounted) fails when an alive worker is not one of O(expected).
+      - V(exactly) also fails when one of O(expected) is not alive in the registry.
+    type: str
+    default: none
+    choices: [none, accounted, exactly]
+  wait_for_heartbeats:
+    description:
+      - Wait up to the registry's heartbeat TTL (plus 2 s) for the registry to become as
+        O(require) wants it, reading it every second, before failing.
+    type: bool
+    default: false
+  timeout:
+    description:
+      - Seconds each HTTP request may take.
+    type: int
+    default: 10
+attributes:
+  check_mode:
+    support: full
+    details: It only reads, so it runs in check mode too.
+  diff_mode:
+    support: none
+notes:
+  - Uses Ansible's own C(open_url): no Python package is needed on the host that runs it.
+seealso:
+  - module: coordinator_task
+"""
+
+EXAMPLES = r"""
+- name: No web worker runs that systemd or launchd of a reached host does not account for
+  coordinator_workers:
+    coordinator_url: http://192.168.0.40:8000
+    coordinator_token: "{{ vault_coordinator_token }}"
+    kind: web
+    expected:
+      - host: 192.168.0.43
+        pid: 812
+    hosts:
+      192.168.0.40: ai-core
+      192.168.0.43: macbookair
+    require: accounted
+    wait_for_heartbeats: true
+
+- name: After the move, exactly the new web worker, with the shipped version
+  coordinator_workers:
+    coordinator_url: http://192.168.0.40:8000
+    coordinator_token: "{{ vault_coordinator_token }}"
+    kind: web
+    expected:
+      - host: 192.168.0.43
+        pid: 812
+        version: "2.1"
+    require: exactly
+    wait_for_heartbeats: true
+  register: registry
+
+- name: Say what serves tasks:web
+  ansible.builtin.debug:
+    msg: "{{ registry.serving }}"
+"""
+
+RETURN = r"""
+msg:
+  description: The failure, or the same line as RV(serving).
+  returned: always
+  type: str
+serving:
+  description: One line naming every alive worker (of O(kind)) and the queues they serve.
+  returned: when the registry was read
+  type: str
+  sample: >-
+    the Coordinator's registry lists 1 alive web worker serving tasks:web:
+    web-worker-macbookair on macbookair (192.168.0.43), pid 812, v2.1, heartbeat 1.9 s ago
+workers:
+  description: The alive workers (of O(kind)).
+  returned: when the registry was read
+  type: list
+  elements: dict
+  sample:
+    - worker_id: web-worker-macbookair
+      host: 192.168.0.43
+      pid: 812
+      version: "2.1"
+      queues: [tasks:web]
+      seconds_since_heartbeat: 1.9
+unaccounted:
+  description: Alive workers that none of O(expected) accounts for.
+  returned: when the registry was read
+  type: list
+  elements: dict
+missing:
+  description: Entries of O(expected) the registry does not list alive.
+  returned: when the registry was read
+  type: list
+  elements: dict
+heartbeat_ttl:
+  description: Seconds without a heartbeat after which the Coordinator counts a worker dead.
+  returned: when the registry was read
+  type: float
+  sample: 30.0
+"""
+
+import json
+import time
+from typing import Any
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_probe import describe_http_error, describe_unreachable
+from ansible.module_utils.coordinator_registry import (
+    Expected,
+    RegistryError,
+    Seen,
+    compare,
+    describe_serving,
+    heard_since,
+    parse_registry,
+    verdict,
+)
+from ansible.module_utils.urls import open_url
+
+READ_INTERVAL = 1.0
+
+
+def argument_spec() -> dict[str, Any]:
+    return {
+        "coordinator_url": {"type": "str", "required": True},
+        "coordinator_token": {"type": "str", "no_log": True},
+        "validate_certs": {"type": "bool", "default": True},
+        "kind": {"type": "str", "choices": ["web", "inference", "rag"]},
+        "expected": {
+            "type": "list", "elements": "dict", "default": [],
+            "options": {
+                "host": {"type": "str", "required": True},
+                "pid": {"type": "int", "required": True},
+                "version": {"type": "str"},
+            },
+        },
+        "hosts": {"type": "dict", "default": {}},
+        "require": {"type": "str", "default": "none",
+                    "choices": ["none", "accounted", "exactly"]},
+        "wait_for_heartbeats": {"type": "bool", "default": False},
+        "timeout": {"type": "int", "default": 10},
+    }
+
+
+def read_registry(params: dict[str, Any]) -> tuple[list[Seen], float]:
+    url = params["coordinator_url"].rstrip("/")
+    headers = {"Accept": "application/json"}
+    if params["coordinator_token"]:
+        headers["Authorization"] = f"Bearer {params['coordinator_token']}"
+    try:
+        answer = open_url(f"{url}/workers", headers=headers, method="GET",
+                          timeout=params["timeout"], validate_certs=params["validate_certs"])
+        body = json.loads(answer.read())
+    except HTTPError as exc:
+        raise RegistryError(describe_http_error(url, exc.code, exc.read(),
+                                                bool(params["coordinator_token"]),
+                                                request="GET /workers")) from exc
+    except (URLError, OSError) as exc:
+        raise RegistryError(describe_unreachable(url, str(getattr(exc, "reason", exc)))) from exc
+    except ValueError as exc:
+        raise RegistryError(f"Coordinator at {url} did not answer GET /workers with JSON: "
+                            "check coordinator_url") from exc
+    return parse_registry(body, params["kind"])
+
+
+def run(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """(the failure or None, the results), reading until the registry is as required."""
+    expected = [Expected(e["host"], e["pid"], e.get("version")) for e in params["expected"]]
+    kind, hosts, require = params["kind"], params["hosts"], params["require"]
+    started = time.monotonic()
+    seen, ttl = read_registry(params)
+    deadline = started + (ttl + 2 if params["wait_for_heartbeats"] else 0)
+    while True:
+        failure = verdict(seen, expected, require, kind, hosts)
+        unaccounted, _ = compare(seen, expected)
+        # A worker nobody runs that heartbeats again is no stale entry: waiting changes nothing.
+        certain = heard_since(unaccounted, time.monotonic() - started)
+        if failure is None or time.monotonic() >= deadline or certain:
+            break
+        time.sleep(READ_INTERVAL)
+        seen, ttl = read_registry(params)
+    unaccounted, missing = compare(seen, expected)
+    serving = describe_serving(seen, kind, hosts)
+    return failure, {
+        "serving": serving,
+        "workers": [s.as_dict() for s in seen],
+        "unaccounted": [s.as_dict() for s in unaccounted],
+        "missing": [{"host": e.host, "pid": e.pid, "version": e.version} for e in missing],
+        "heartbeat_ttl": ttl,
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    try:
+        failure, result = run(module.params)
+    except RegistryError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    if failure is not None:
+        module.fail_json(msg=failure, changed=False, **result)
+    module.exit_json(changed=False, msg=result["serving"], **result)
+
+
+if __name__ == "__main__":
+    main()
