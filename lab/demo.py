@@ -39,7 +39,7 @@ LAB_INVENTORY = REPO / "inventory" / "lab"
 MOVED_INVENTORY = REPO / ".lab" / "inventory-moved"
 LOG_DIR = REPO / ".lab" / "logs"
 PROMPT = "今日の東京の天気は？"
-SUMMARY_TASK = "7. Summary"  # the name of migrate-web.yml's summary task
+SUMMARY_TASK = "11. Summary"  # the name of migrate-web.yml's summary task
 BOLD, DIM, GREEN, RED, RESET = "\033[1m", "\033[2m", "\033[32m", "\033[31m", "\033[0m"
 
 

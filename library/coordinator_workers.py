@@ -69,6 +69,9 @@ options:
       version:
         description: The version it must have registered with; unset accepts any.
         type: str
+      worker_id:
+        description: Its worker id; unset accepts any.
+        type: str
   hosts:
     description:
       - Inventory host name of each address, to name hosts in messages; an address missing
@@ -214,6 +217,7 @@ def argument_spec() -> dict[str, Any]:
                 "host": {"type": "str", "required": True},
                 "pid": {"type": "int", "required": True},
                 "version": {"type": "str"},
+                "worker_id": {"type": "str"},
             },
         },
         "hosts": {"type": "dict", "default": {}},
@@ -247,7 +251,8 @@ def read_registry(params: dict[str, Any]) -> tuple[list[Seen], float]:
 
 def run(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """(the failure or None, the results), reading until the registry is as required."""
-    expected = [Expected(e["host"], e["pid"], e.get("version")) for e in params["expected"]]
+    expected = [Expected(e["host"], e["pid"], e.get("version"), e.get("worker_id"))
+                for e in params["expected"]]
     kind, hosts, require = params["kind"], params["hosts"], params["require"]
     started = time.monotonic()
     seen, ttl = read_registry(params)
@@ -267,7 +272,8 @@ def run(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         "serving": serving,
         "workers": [s.as_dict() for s in seen],
         "unaccounted": [s.as_dict() for s in unaccounted],
-        "missing": [{"host": e.host, "pid": e.pid, "version": e.version} for e in missing],
+        "missing": [{"host": e.host, "pid": e.pid, "version": e.version,
+                     "worker_id": e.worker_id} for e in missing],
         "heartbeat_ttl": ttl,
     }
 

@@ -38,12 +38,13 @@ class Seen:
 
 @dataclass(frozen=True)
 class Expected:
-    """A worker a service manager runs: its address (WORKER_HOST), pid and, when known, the
-    version it must have registered with."""
+    """A worker a service manager runs: its address (WORKER_HOST), pid and, when known, its
+    worker id and the version it must have registered with."""
 
     host: str
     pid: int
     version: str | None = None
+    worker_id: str | None = None
 
 
 def parse_registry(body: Any, kind: str | None) -> tuple[list[Seen], float]:
@@ -67,7 +68,8 @@ def parse_registry(body: Any, kind: str | None) -> tuple[list[Seen], float]:
 
 def matches(seen: Seen, expected: Expected) -> bool:
     return (seen.host == expected.host and seen.pid == expected.pid
-            and (expected.version is None or seen.version == expected.version))
+            and (expected.version is None or seen.version == expected.version)
+            and (expected.worker_id is None or seen.worker_id == expected.worker_id))
 
 
 def compare(seen: Sequence[Seen], expected: Sequence[Expected]
@@ -114,8 +116,9 @@ def describe_unaccounted(seen: Seen, hosts: Mapping[str, str]) -> str:
 
 
 def describe_missing(expected: Expected, hosts: Mapping[str, str], kind: str | None) -> str:
+    name = f" {expected.worker_id}" if expected.worker_id else ""
     version = f" with version {expected.version}" if expected.version else ""
-    return (f"the {kind + ' ' if kind else ''}worker pid {expected.pid} on "
+    return (f"the {kind + ' ' if kind else ''}worker{name} pid {expected.pid} on "
             f"{_host(expected.host, hosts)} is not registered alive{version}")
 
 

@@ -134,7 +134,8 @@ def test_exactly_names_the_worker_the_registry_lacks(tmp_path, coordinator, regi
     assert run.result["msg"].endswith(
         f"the web worker pid 813 on lab-worker-fast ({FAST}) is not registered alive with "
         "version 2.1")
-    assert run.result["missing"] == [{"host": FAST, "pid": 813, "version": "2.1"}]
+    assert run.result["missing"] == [{"host": FAST, "pid": 813, "version": "2.1",
+                                      "worker_id": None}]
 
 
 def test_wrong_token_and_no_coordinator_are_one_line(tmp_path, coordinator):

@@ -30,7 +30,7 @@ def play(home: Path, instances: list[dict], entry: str = "darwin", **extra: obje
     result = run(["ansible-playbook", "-vvv", str(PLAYBOOK), "-i", "localhost,",
                   "-e", json.dumps(extra_vars)])
     output = result.stdout + result.stderr
-    if entry == "darwin":
+    if entry in ("darwin", "status"):
         assert result.returncode == 0, output[-4000:]
     return output
 
@@ -57,10 +57,12 @@ class Runs:
     outputs: dict[str, str] = field(default_factory=dict)
     calls: dict[str, list[list[str]]] = field(default_factory=dict)
     plists: dict[str, dict] = field(default_factory=dict)
+    status: dict[str, dict] = field(default_factory=dict)  # the status entry point's facts
 
-    def step(self, name: str, instances: list[dict], **extra: object) -> None:
+    def step(self, name: str, instances: list[dict], test_entry: str = "darwin",
+             **extra: object) -> None:
         before = len(calls(self.home)) if (self.home / "launchctl.json").exists() else 0
-        self.outputs[name] = play(self.home, instances, **extra)
+        self.outputs[name] = play(self.home, instances, entry=test_entry, **extra)
         self.calls[name] = calls(self.home)[before:]
 
 
@@ -79,11 +81,15 @@ def runs(tmp_path_factory) -> Runs:
     seq.plists = {label: plistlib.loads(plist(home, label).read_bytes())
                   for label in (WEB_LABEL, INFER_LABEL)}
     seq.plists["mode"] = {"web": stat.S_IMODE(plist(home, WEB_LABEL).stat().st_mode)}
+    seq.step("status_first", BOTH, test_entry="status")
+    seq.status["first"] = json.loads((home / "status.json").read_text())
     seq.step("second", BOTH)
     seq.step("env_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"})
     seq.step("code_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"}, test_code_changed=True)
     seq.step("absent", GONE, worker_env={"OLLAMA_TIMEOUT": "120"})
     seq.step("absent_again", GONE, worker_env={"OLLAMA_TIMEOUT": "120"})
+    seq.step("status_absent", GONE, test_entry="status")
+    seq.status["absent"] = json.loads((home / "status.json").read_text())
     return seq
 
 
@@ -114,7 +120,10 @@ def test_plist_has_every_key_and_the_environment(runs):
         "COORDINATOR_TOKEN": "token-secret",
         "WORKER_ID": "web-worker-macbookair",
         "WORKER_HOST": "10.89.20.43",
+        "SHUTDOWN_TIMEOUT": "30",
     }
+    # launchd waits that long plus 10 s after SIGTERM, then kills it.
+    assert data["ExitTimeOut"] == 40
 
 
 def test_inference_agent_shares_the_python_but_not_the_log(runs):
@@ -196,3 +205,17 @@ def test_macos_as_root_is_refused(tmp_path):
     assert ("localhost is macOS and Ansible runs as root there: launchd agents belong to the "
             "login user, set ansible_become: false for localhost in host_vars") in output
     assert not plist(tmp_path, WEB_LABEL).exists()
+
+
+def test_status_reports_what_launchd_has(runs):
+    first = {w["name"]: w for w in runs.status["first"]["worker_status"]}
+    for name in ("web-worker", "inference-worker"):
+        assert {k: first[name][k] for k in ("installed", "enabled", "running", "pid")} == {
+            "installed": True, "enabled": True, "running": True, "pid": 4242}, name
+    assert runs.status["first"]["worker_web"]["label"] == WEB_LABEL
+    # status only reads: print and print-disabled, nothing that changes launchd.
+    assert {c[0] for c in runs.calls["status_first"]} <= {"print", "print-disabled"}
+    gone = {w["name"]: w for w in runs.status["absent"]["worker_status"]}
+    assert {k: gone["web-worker"][k] for k in ("installed", "enabled", "running", "pid")} == {
+        "installed": False, "enabled": False, "running": False, "pid": 0}
+    assert gone["inference-worker"]["running"] is True

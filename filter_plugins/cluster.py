@@ -1,0 +1,101 @@
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the playbooks (site.yml, migrate-web.yml): what every host answered."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# Ansible's unreachable message wraps ssh's own words: keep those.
+_SSH_REASON = re.compile(r"over ssh: (.*)$", re.S)
+
+
+def reach_problem(result: Mapping[str, Any] | None) -> str | None:
+    """Why a host cannot be used, from its fact-gathering result, or None when it answered.
+    The words follow the host's name ("lab-1 is unreachable (...)", "lab-1: sudo ...")."""
+    if not result:
+        return ": no answer recorded"
+    message = " ".join(str(result.get("msg", "")).split()).removeprefix("Task failed: ")
+    if result.get("unreachable"):
+        reason = _SSH_REASON.search(message)
+        return (f" unreachable ({reason.group(1) if reason else message}): bring it back "
+                "(its network, sshd) or take it out of the inventory")
+    if not result.get("failed"):
+        return None
+    if "Missing sudo password" in message:
+        return (": sudo asks for a password and none was given: run with -K "
+                "(--ask-become-pass) or set ansible_become_password (in the vault)")
+    if "Incorrect sudo password" in message:
+        return ": sudo refused the password given (-K or ansible_become_password): correct it"
+    return f": {message}"
+
+
+def reach_problems(hosts: Iterable[str], hostvars: Mapping[str, Any],
+                   result_var: str = "cluster_reach") -> list[str]:
+    """One line per reason a host of ``hosts`` cannot be used (from its registered
+    ``result_var``), naming every host it applies to: "a, b: sudo asks for a password ..."."""
+    grouped: dict[str, list[str]] = {}
+    for host in hosts:
+        problem = reach_problem(hostvars[host].get(result_var))
+        if problem:
+            grouped.setdefault(problem, []).append(host)
+    lines = []
+    for problem, names in grouped.items():
+        verb = " are" if len(names) > 1 else " is"
+        lines.append(", ".join(names) + (verb + problem if problem.startswith(" ") else problem))
+    return lines
+
+
+def _statuses(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """(host, record) for each worker the worker role's status entry point published."""
+    for host in hosts:
+        for record in hostvars[host].get("worker_status") or ():
+            yield host, record
+
+
+def running_workers(hosts: Iterable[str], hostvars: Mapping[str, Any],
+                    kind: str | None = None) -> list[dict[str, Any]]:
+    """{host: its WORKER_HOST, pid} of each worker (of ``kind``) a service manager runs, as
+    coordinator_workers takes them in ``expected``."""
+    return [{"host": record["host"], "pid": record["pid"]}
+            for _, record in _statuses(hosts, hostvars)
+            if record.get("running") and (kind is None or record["kind"] == kind)]
+
+
+def worker_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> dict[str, str]:
+    """WORKER_HOST address -> inventory host name, for coordinator_workers' messages."""
+    return {record["host"]: host for host, record in _statuses(hosts, hostvars)}
+
+
+def process_problems(results: Iterable[Mapping[str, Any]], want: Mapping[str, int | None],
+                     program: str = "worker_web.py") -> list[str]:
+    """What is wrong with the registered results of `pgrep --count` looped over hosts:
+    ``want`` maps a host to the count it must have (None: at least one; a host missing from
+    it must have none)."""
+    problems = []
+    for result in results:
+        host = result["item"]
+        if result.get("unreachable"):
+            reason = _SSH_REASON.search(" ".join(str(result.get("msg", "")).split()))
+            problems.append(f"{host} does not answer ({reason.group(1) if reason else 'ssh'})")
+            continue
+        count, wanted = int(result.get("stdout") or 0), want.get(host, 0)
+        if wanted is None and count == 0:
+            problems.append(f"{host} runs no {program}")
+        elif wanted is not None and count != wanted:
+            race = (": two copies race for their queue; stop the one its service manager "
+                    "does not own" if count > wanted else "")
+            problems.append(f"{host} runs {count} {program} processes, expected {wanted}{race}")
+    return problems
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "reach_problems": reach_problems,
+            "running_workers": running_workers,
+            "worker_addresses": worker_addresses,
+            "process_problems": process_problems,
+        }

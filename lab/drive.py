@@ -1,0 +1,309 @@
+"""Drive the container lab the way a user does, with faults: for the lab tests and bench/.
+
+- ``Playbooks`` runs ansible-playbook against a lab inventory, streams its output, keeps a
+  log of every run in .lab/logs/<name>/ and can act when a line appears (``on``: stop sshd,
+  cut the network, send SIGINT at a play boundary ...).
+- ``Traffic`` routes a web search through the Coordinator every few seconds for as long as
+  it runs and afterwards says what became of every task it routed (done, failed with its
+  error, or lost), and the longest time `tasks:web` held a task nobody took.
+- ``Node`` is one lab container: commands in it (podman exec, as root), its units, sshd
+  and its network link.
+- ``inventory_copy`` makes a copy of the lab inventory with the web worker on other hosts,
+  as a user edits theirs.
+
+Everything here talks only to the lab's own containers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+import requests
+import yaml
+
+from lab import lab
+
+REPO = lab.REPO
+PROMPT = "今日の東京の天気は？"
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a lab command: the lab's containers.conf, the venv first on PATH."""
+    result = dict(os.environ)
+    result["CONTAINERS_CONF"] = str(REPO / "lab" / "containers.conf")
+    result["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{result.get('PATH', '')}"
+    result["ANSIBLE_NOCOLOR"] = "1"
+    result.update(extra)
+    return result
+
+
+def inventory_copy(name: str, web_hosts: list[str], host_vars: dict[str, dict] | None = None,
+                   source: Path = lab.INVENTORY) -> Path:
+    """A copy of the lab inventory with ``web_workers`` = ``web_hosts`` (and extra host_vars
+    files), two levels below the repository like inventory/lab, so its relative paths to
+    .lab/ resolve the same way."""
+    target = REPO / ".lab" / f"inventory-{name}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target, symlinks=True)
+    hosts_file = target / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    hosts["all"]["children"]["web_workers"]["hosts"] = dict.fromkeys(web_hosts)
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    for host, variables in (host_vars or {}).items():
+        (target / "host_vars" / host).mkdir(parents=True, exist_ok=True)
+        (target / "host_vars" / host / "test.yml").write_text(yaml.safe_dump(variables))
+    return target
+
+
+@dataclass
+class Run:
+    name: str
+    returncode: int
+    output: str
+    seconds: float
+    log: Path
+
+    @property
+    def recap(self) -> dict[str, dict[str, int]]:
+        return lab.play_recap(self.output)
+
+    def changed(self) -> dict[str, int]:
+        return {host: counts["changed"] for host, counts in self.recap.items()}
+
+    def unfolded(self) -> str:
+        """The output with the YAML callback's line folding and quote doubling undone, for
+        searching."""
+        return " ".join(self.output.split()).replace("''", "'")
+
+
+@dataclass
+class Playbooks:
+    """Runs playbooks from the repository root; every run's output is kept (``outputs``),
+    and its wall time with the test that ran it (``timings``: test, playbook, seconds, rc)."""
+
+    log_dir: Path
+    verbose: bool = False
+    outputs: list[str] = field(default_factory=list)
+    timings: list[dict] = field(default_factory=list)
+
+    def run(self, playbook: str, inventory: Path, *args: str,
+            on: list[tuple[str, Callable[[subprocess.Popen], None]]] | None = None,
+            extra_env: dict[str, str] | None = None, timeout: float = 1800) -> Run:
+        """ansible-playbook; ``on`` = [(regex, action)]: each action runs once, when a line
+        matching its regex first appears (the running process is passed to it)."""
+        command = ["ansible-playbook", *(["-vvv"] if self.verbose else []),
+                   "-i", str(inventory), playbook, *args]
+        pending = list(on or [])
+        lines: list[str] = []
+        started = time.monotonic()
+        with subprocess.Popen(command, cwd=REPO, env=env(**(extra_env or {})), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+            timer = threading.Timer(timeout, proc.kill)
+            timer.start()
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    lines.append(line)
+                    for hook in [h for h in pending if re.search(h[0], line)]:
+                        pending.remove(hook)
+                        hook[1](proc)
+            finally:
+                timer.cancel()
+        output = "".join(lines)
+        self.outputs.append(output)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{len(self.outputs):02d}-{Path(playbook).stem}-{inventory.name}.log"
+        log.write_text(output)
+        run = Run(Path(playbook).name, proc.returncode, output, time.monotonic() - started, log)
+        self.timings.append({"test": current_test(), "playbook": run.name,
+                             "inventory": inventory.name, "seconds": round(run.seconds, 1),
+                             "returncode": run.returncode})
+        return run
+
+
+def current_test() -> str:
+    """The running pytest test's name, or "" outside pytest."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].rsplit("::", 1)[-1]
+
+
+def interrupt(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a user presses it."""
+    proc.send_signal(signal.SIGINT)
+
+
+@dataclass
+class Node:
+    name: str
+    address: str
+    network: str
+
+    def sh(self, *argv: str, check: bool = False, timeout: float = 120,
+           input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(["podman", "exec", "--interactive", self.name, *argv],
+                              env=env(), capture_output=True, text=True, check=False,
+                              timeout=timeout, input=input_text)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{self.name}: {' '.join(argv)}: {done.stderr.strip()}")
+        return done
+
+    def unit(self, verb: str, unit: str = "web-worker.service") -> str:
+        return self.sh("systemctl", verb, unit).stdout.strip()
+
+    def processes(self, pattern: str = "worker_web.py") -> list[int]:
+        return [int(pid) for pid in self.sh("pgrep", "--full", pattern).stdout.split()]
+
+    def stop_sshd(self) -> None:
+        """Ansible can no longer log in; what runs on the host goes on (its open SSH
+        sessions, ControlPersist's too, are closed)."""
+        self.sh("systemctl", "stop", "ssh", check=True)
+        self.sh("pkill", "--full", f"sshd: {lab.ADMIN_USER}")
+
+    def start_sshd(self) -> None:
+        self.sh("systemctl", "start", "ssh", check=True)
+
+    def disconnect(self) -> None:
+        """The host leaves the LAN (powered off, Wi-Fi gone): nothing reaches it, and its
+        workers reach nothing."""
+        lab.podman("network", "disconnect", "--force", self.network, self.name, capture=True)
+
+    def connect(self) -> None:
+        lab.podman("network", "connect", "--ip", self.address, self.network, self.name,
+                   capture=True)
+
+
+class Coordinator:
+    """The lab Coordinator's API, as a client with the lab's token sees it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        token = (lab.SECRETS_DIR / "coordinator_token").read_text().split()[0]
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def route(self, prompt: str = PROMPT) -> str:
+        answer = requests.post(f"{self.url}/route", json={"prompt": prompt,
+                                                          "task_type": "web_search"},
+                               headers=self.headers, timeout=10)
+        answer.raise_for_status()
+        return answer.json()["task_id"]
+
+    def task(self, task_id: str, wait: int = 0) -> dict:
+        answer = requests.get(f"{self.url}/task/{task_id}", params={"wait": wait},
+                              headers=self.headers, timeout=wait + 10)
+        answer.raise_for_status()
+        return answer.json()
+
+    def finished(self, task_id: str, deadline: float) -> dict:
+        task: dict = {"task_id": task_id, "status": "unknown"}
+        while time.monotonic() < deadline:
+            try:
+                task = self.task(task_id, wait=20)
+            except requests.RequestException:
+                time.sleep(1)  # the Coordinator restarting
+                continue
+            if task["status"] in ("done", "failed"):
+                break
+        return task
+
+    def search(self, timeout: float = 120) -> dict:
+        return self.finished(self.route(), time.monotonic() + timeout)
+
+    def alive_web_workers(self) -> list[dict]:
+        answer = requests.get(f"{self.url}/workers", headers=self.headers, timeout=10)
+        answer.raise_for_status()
+        return [w for w in answer.json()["workers"] if w["kind"] == "web" and w["alive"]]
+
+
+@dataclass
+class Outcome:
+    routed: int
+    refused: int  # POST /route answered an error or nothing: no task was made
+    done: list[dict]
+    failed: list[dict]
+    lost: list[dict]
+    longest_untaken: float  # seconds tasks:web held a task no worker took
+
+    def hosts(self) -> set[str]:
+        return {task.get("worker_host") for task in self.done}
+
+
+class Traffic:
+    """Routes a web search every ``interval`` seconds while it runs; ``outcome()`` afterwards."""
+
+    def __init__(self, coordinator: Coordinator, redis_url: str, interval: float = 2.0) -> None:
+        self.coordinator = coordinator
+        self.interval = interval
+        self.redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.routed: list[str] = []
+        self.refused = 0
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._route, daemon=True),
+                        threading.Thread(target=self._sample, daemon=True)]
+
+    def _route(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.routed.append(self.coordinator.route(f"{PROMPT} #{len(self.routed)}"))
+            except requests.RequestException:
+                self.refused += 1
+            self.stop.wait(self.interval)
+
+    def _sample(self) -> None:
+        while not self.stop.is_set():
+            try:
+                depth = int(self.redis.llen("tasks:web"))
+            except redis.RedisError:
+                depth = -1
+            self.samples.append((time.monotonic(), depth))
+            self.stop.wait(0.1)
+
+    def longest_untaken(self) -> float:
+        longest, since = 0.0, None
+        for at, depth in self.samples:
+            if depth > 0 and since is None:
+                since = at
+            elif depth <= 0 and since is not None:
+                longest, since = max(longest, at - since), None
+        if since is not None and self.samples:
+            longest = max(longest, self.samples[-1][0] - since)
+        return longest
+
+    def __enter__(self) -> Traffic:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+    def outcome(self, wait: float = 300) -> Outcome:
+        deadline = time.monotonic() + wait
+        tasks = [self.coordinator.finished(task_id, deadline) for task_id in self.routed]
+        return Outcome(
+            routed=len(self.routed), refused=self.refused,
+            done=[t for t in tasks if t["status"] == "done"],
+            failed=[t for t in tasks if t["status"] == "failed"],
+            lost=[t for t in tasks if t["status"] not in ("done", "failed")],
+            longest_untaken=self.longest_untaken())
+
+
+@contextmanager
+def sshd_stopped(node: Node) -> Iterator[None]:
+    node.stop_sshd()
+    try:
+        yield
+    finally:
+        node.start_sshd()

@@ -1,0 +1,148 @@
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the worker role: its workers as records, and what the service manager says.
+
+``worker_records`` resolves each ``worker_instances`` entry into a record that tasks may loop
+over (names, ids, files, no secrets) and its environment, kept apart because it holds the
+passwords and the token and -vvv prints every loop item. ``systemd_units`` parses
+``systemctl show``; ``worker_states`` joins the records with what systemd or launchd report,
+into the ``worker_status`` fact the role publishes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_LAUNCHD_PID = re.compile(r"^\s*pid = (\d+)\s*$", re.M)
+_LAUNCHD_DISABLED = re.compile(r'"([^"]+)" => (?:disabled|true)')
+
+
+def libpq_quote(value: str) -> str:
+    """A libpq keyword/value: single-quoted, backslash and quote escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def pg_dsn(host: str, port: int | str, dbname: str, user: str, password: str) -> str:
+    return (f"host={host} port={port} dbname={dbname} user={user} "
+            f"password={libpq_quote(str(password))}")
+
+
+def worker_records(
+    instances: Sequence[Mapping[str, Any]],
+    *,
+    node_name: str,
+    node_address: str,
+    base_env: Mapping[str, Any],
+    worker_env: Mapping[str, Any],
+    db: Mapping[str, Any],
+    scripts: Mapping[str, str],
+    default_device: str,
+    label_prefix: str,
+    config_dir: str,
+    launchd_dir: str,
+    log_dir: str,
+) -> dict[str, Any]:
+    """{"records": [one per worker], "envs": {name: its environment}}.
+
+    Each worker's environment is ``base_env`` (the role's settings), its PG_DSN, WORKER_ID,
+    WORKER_HOST and (inference) WORKER_DEVICE, then ``worker_env``, then the entry's own
+    ``env``; every value a string, as a process environment has them."""
+    dsn = pg_dsn(db["host"], db["port"], db["name"], db["user"], db.get("password") or "")
+    records, envs = [], {}
+    for item in instances:
+        name, kind = item["name"], item["kind"]
+        default_id = f"web-worker-{node_name}" if kind == "web" else node_name
+        env: dict[str, Any] = {
+            **base_env,
+            "PG_DSN": dsn,
+            "WORKER_ID": item.get("worker_id") or default_id,
+            "WORKER_HOST": node_address,
+        }
+        if kind == "inference":
+            env["WORKER_DEVICE"] = item.get("device") or default_device
+        env.update(worker_env)
+        env.update(item.get("env") or {})
+        env = {key: "" if value is None else str(value) for key, value in env.items()}
+        label = item.get("label") or f"{label_prefix}{name}"
+        records.append({
+            "name": name,
+            "kind": kind,
+            "state": item.get("state") or "present",
+            "worker_id": env["WORKER_ID"],
+            "host": env["WORKER_HOST"],
+            "label": label,
+            "script": scripts[kind],
+            "unit": f"{name}.service",
+            "env_file": f"{config_dir}/{name}.env",
+            "plist": f"{launchd_dir}/{label}.plist",
+            "log": f"{log_dir}/{name}.log",
+        })
+        envs[name] = env
+    return {"records": records, "envs": envs}
+
+
+def systemd_units(show_output: str) -> dict[str, dict[str, str]]:
+    """`systemctl show --property=Id,... UNIT...` output: unit id -> {property: value}."""
+    units = {}
+    for block in show_output.strip().split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if "Id" in props:
+            units[props["Id"]] = props
+    return units
+
+
+def launchd_disabled(print_disabled_output: str) -> list[str]:
+    """The labels `launchctl print-disabled gui/<uid>` lists as disabled."""
+    return _LAUNCHD_DISABLED.findall(print_disabled_output or "")
+
+
+def worker_states(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    systemd_show: str | None = None,
+    launchd_prints: Sequence[Mapping[str, Any]] | None = None,
+    launchd_disabled_output: str = "",
+    plist_stats: Sequence[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Each record with what its service manager reports now: ``installed`` (its unit or
+    plist exists), ``enabled`` (starts at boot or login), ``running`` and ``pid`` (0 when not
+    running). Linux: ``systemd_show``, the output of `systemctl show` for the units. macOS:
+    the registered results of `launchctl print` and of the plists' `stat` (loops over the
+    records) and the output of `launchctl print-disabled`."""
+    units = systemd_units(systemd_show) if systemd_show is not None else None
+    printed = {r["item"]["label"]: r.get("stdout", "") for r in launchd_prints or ()
+               if r.get("rc") == 0}
+    plists = {r["item"]["label"] for r in plist_stats or () if r.get("stat", {}).get("exists")}
+    disabled = set(launchd_disabled(launchd_disabled_output))
+    states = []
+    for record in records:
+        state = dict(record)
+        if units is None:
+            output = printed.get(record["label"], "")
+            running = "state = running" in output
+            pid = _LAUNCHD_PID.search(output)
+            installed = record["label"] in plists
+            state.update(installed=installed,
+                         enabled=installed and record["label"] not in disabled,
+                         running=running, pid=int(pid.group(1)) if running and pid else 0)
+        else:
+            unit = units.get(record["unit"], {})
+            running = unit.get("ActiveState") in ("active", "reloading", "deactivating")
+            state.update(installed=unit.get("LoadState") == "loaded",
+                         enabled=unit.get("UnitFileState") in ("enabled", "enabled-runtime"),
+                         running=running,
+                         pid=int(unit.get("MainPID") or 0) if running else 0)
+        states.append(state)
+    return states
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "worker_records": worker_records,
+            "systemd_units": systemd_units,
+            "worker_states": worker_states,
+            "launchd_disabled": launchd_disabled,
+        }

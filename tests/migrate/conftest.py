@@ -1,0 +1,141 @@
+"""The converged three-node lab, built once for every module of tests/migrate/.
+
+The lab is created fresh, the stand-ins installed (lab/prepare.yml) and the cluster
+converged with site.yml, reached over SSH as admin with sudo like a real cluster, with
+pipelining off for that first converge (Ansible's own default). The modules then move the
+web worker back and forth and break things on the way; they run in ORDER, each starting
+from a converged lab with one web worker, wherever the previous one left it. Every
+playbook runs at -vvv and its output is kept for the secrets check (test_secrets.py) and in
+.lab/logs/test-migrate/ for failures. They hold .lab/molecule.lock, like the Molecule
+scenarios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from lab import drive, lab
+from lab.throwaway import wait_until
+
+LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
+FIGURES = LOG_DIR / "figures.json"
+ORDER = ["test_migrate_web.py", "test_faults.py", "test_readme.py", "test_secrets.py"]
+WORKER_HOSTS = ("lab-worker-slow", "lab-worker-fast")
+STANDIN_LATENCY = 0.3
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules share one lab and each starts where the one before left it: this
+    package's tests run in ORDER, in the places the session gave them."""
+    here = Path(__file__).parent
+    places = [i for i, item in enumerate(items) if Path(str(item.fspath)).parent == here]
+    ours = sorted((items[i] for i in places), key=lambda item: ORDER.index(
+        Path(str(item.fspath)).name))
+    for place, item in zip(places, ours, strict=True):
+        items[place] = item
+
+
+@dataclass
+class Cluster:
+    """The lab as a user drives it, with the lab's inventory and a client of its API."""
+
+    the_lab: lab.Lab
+    playbooks: drive.Playbooks
+    coordinator: drive.Coordinator
+    nodes: dict[str, drive.Node]
+    redis_url: str
+    first_converge: drive.Run | None = None
+    # What bench/migration_faults.py prints: per test, the traffic's outcome (no timing of
+    # a test is asserted anywhere).
+    figures: list[dict] = field(default_factory=list)
+
+    def node_of(self, address: str) -> str:
+        return next(name for name, node in self.nodes.items() if node.address == address)
+
+    def web_host(self) -> str:
+        """The host whose web worker is the one alive in the registry (exactly one)."""
+        alive = self.coordinator.alive_web_workers()
+        assert len(alive) == 1, f"expected one alive web worker, the registry lists {alive}"
+        return self.node_of(alive[0]["host"])
+
+    def inventory(self, web_host: str, name: str | None = None,
+                  host_vars: dict[str, dict] | None = None) -> Path:
+        """The lab inventory with the web worker on ``web_host``."""
+        return drive.inventory_copy(name or f"web-on-{web_host}", [web_host], host_vars)
+
+    def other(self, host: str) -> str:
+        return next(h for h in WORKER_HOSTS if h != host)
+
+    def traffic(self) -> drive.Traffic:
+        return drive.Traffic(self.coordinator, self.redis_url)
+
+    def migrate(self, web_host: str, **kwargs: object) -> drive.Run:
+        return self.playbooks.run("migrate-web.yml", self.inventory(web_host), **kwargs)
+
+    def assert_settled(self, outcome: drive.Outcome, web_host: str, failed_ok: int = 0) -> None:
+        """No routed task lost, none failed beyond ``failed_ok`` (each with its reason), and
+        exactly one web worker (``assert_one_web_worker``)."""
+        assert not outcome.lost, f"lost tasks: {outcome.lost}"
+        reasons = [(t["task_id"], t.get("error")) for t in outcome.failed]
+        assert len(outcome.failed) <= failed_ok, f"failed tasks: {reasons}"
+        assert all(error for _, error in reasons), f"a failed task without a reason: {reasons}"
+        self.figures.append({"test": drive.current_test(), "routed": outcome.routed,
+                             "refused": outcome.refused, "done": len(outcome.done),
+                             "failed": len(outcome.failed),
+                             "longest_untaken": round(outcome.longest_untaken, 1)})
+        self.assert_one_web_worker(web_host)
+
+    def assert_one_web_worker(self, web_host: str) -> None:
+        # A worker that was killed stays listed alive until the heartbeat TTL runs out.
+        alive = wait_until(lambda: (lambda w: w if len(w) == 1 else None)(
+            self.coordinator.alive_web_workers()), 60, "exactly one alive web worker")
+        assert self.node_of(alive[0]["host"]) == web_host, alive
+        assert {name: len(node.processes()) for name, node in self.nodes.items()} == {
+            name: int(name == web_host) for name in self.nodes}
+        assert self.nodes[web_host].processes() == [alive[0]["pid"]]
+
+
+@pytest.fixture(scope="package")
+def cluster() -> Iterator[Cluster]:
+    problem = lab.podman_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the migration tests: {problem}")
+        pytest.skip(problem)
+    with lab.exclusive():
+        the_lab = lab.load_lab()
+        lab.destroy(the_lab)
+        lab.create(the_lab)
+        playbooks = drive.Playbooks(LOG_DIR, verbose=True)
+        core = the_lab.nodes["lab-ai-core"]
+        password = (lab.SECRETS_DIR / "redis_password").read_text().split()[0]
+        cluster = Cluster(
+            the_lab, playbooks, drive.Coordinator(f"http://{core}:8000"),
+            {name: drive.Node(name, address, the_lab.network)
+             for name, address in the_lab.nodes.items()},
+            f"redis://:{password}@{core}:6379/0")
+        try:
+            prepared = playbooks.run("lab/prepare.yml", lab.INVENTORY)
+            assert prepared.returncode == 0, prepared.output[-5000:]
+            # Every Ollama stand-in as fast as the fast node's: one web worker then keeps up
+            # with a search every 2 s (the slow node's 3 s would let tasks:web grow, and a
+            # test task wait behind that backlog).
+            for address in the_lab.nodes.values():
+                requests.post(f"http://{address}:11434/_standin/config",
+                              json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
+            cluster.first_converge = playbooks.run("site.yml", lab.INVENTORY,
+                                                   extra_env={"ANSIBLE_PIPELINING": "0"})
+            assert cluster.first_converge.returncode == 0, cluster.first_converge.output[-5000:]
+            yield cluster
+        finally:
+            LOG_DIR.mkdir(parents=True, exist_ok=True)
+            FIGURES.write_text(json.dumps({"playbooks": playbooks.timings,
+                                           "traffic": cluster.figures}, indent=1))
+            lab.destroy(the_lab)

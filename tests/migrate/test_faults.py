@@ -1,0 +1,187 @@
+"""The move and the converge under faults, on the shared lab (conftest.py).
+
+Each case starts from a converged lab with one web worker (wherever the case before left
+it), routes a web task every 2 s through the whole run, and ends with every routed task
+done (or failed with a reason a user can act on, counted), none lost, and exactly one alive
+web worker in the Coordinator's registry, with one worker_web.py process, on its host:
+
+- site.yml with one host down stops, naming it, and changes nothing;
+- the old host unreachable before the move (its worker still serving): stops before any
+  change, the old worker serving;
+- a worker_web.py started by hand on a host outside web_workers: named and refused before
+  any change;
+- the new host gone from the network after its worker started: rolled back, the old worker
+  serving; once the host is back, migrate-web.yml run again stops the leftover;
+- the old worker stuck (it ignores SIGTERM): the stop is bounded, then forced, and said;
+- ansible-playbook interrupted (Ctrl-C) at each play boundary, then run again: converges;
+- the Coordinator restarted, and PostgreSQL restarted, in the middle of the move.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+import requests
+
+from lab import drive
+from lab.throwaway import wait_until
+
+from .conftest import STANDIN_LATENCY
+
+CORE = "lab-ai-core"
+
+
+def test_site_with_a_host_down_names_it_and_changes_nothing(cluster) -> None:
+    web = cluster.web_host()
+    down = cluster.other(web)
+    with cluster.traffic() as traffic, drive.sshd_stopped(cluster.nodes[down]):
+        run = cluster.playbooks.run("site.yml", cluster.inventory(web))
+    assert run.returncode != 0
+    text = run.unfolded()
+    assert (f"{down} is unreachable (ssh: connect to host {cluster.nodes[down].address} port "
+            "22: Connection refused): bring it back (its network, sshd) or take it out of the "
+            "inventory. Nothing was changed, and the Coordinator's registry lists 1 alive web "
+            "worker serving tasks:web: ") in text
+    assert set(run.changed().values()) == {0}
+    cluster.assert_settled(traffic.outcome(), web)
+
+
+def test_old_host_unreachable_stops_the_move_before_any_change(cluster) -> None:
+    old = cluster.web_host()
+    new = cluster.other(old)
+    with cluster.traffic() as traffic, drive.sshd_stopped(cluster.nodes[old]):
+        run = cluster.migrate(new)
+    assert run.returncode != 0
+    text = run.unfolded()
+    assert f"{old} is unreachable (ssh: connect to host {cluster.nodes[old].address}" in text
+    # What is true now: the old worker, which keeps serving.
+    assert re.search(rf"Nothing was changed, and the Coordinator's registry lists 1 alive web "
+                     rf"worker serving tasks:web: web-worker-{old} on {cluster.nodes[old].address}",
+                     text)
+    assert "PLAY [Preflight 1/3" not in run.output
+    assert set(run.changed().values()) == {0}
+    outcome = traffic.outcome()
+    cluster.assert_settled(outcome, old)
+    assert outcome.hosts() == {cluster.nodes[old].address}
+
+
+def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> None:
+    web = cluster.web_host()
+    new = cluster.other(web)
+    core = cluster.nodes[CORE]
+    # The web worker's own environment, with another id, run by hand on the core host (in
+    # no web_workers group), outside systemd: the copy that raced for tasks:web on esxi.
+    environment = cluster.nodes[web].sh("cat", "/etc/coordinator-worker/web-worker.env",
+                                        check=True).stdout
+    environment = re.sub(r'(?m)^WORKER_ID=.*$', 'WORKER_ID="web-worker-by-hand"', environment)
+    environment = re.sub(r'(?m)^WORKER_HOST=.*$', f'WORKER_HOST="{core.address}"', environment)
+    core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)
+    core.sh("sh", "-c", "set -a; . /root/by-hand.env; set +a; cd /opt/coordinator-worker/app &&"
+            " nohup /opt/coordinator-worker/venv/bin/python worker_web.py"
+            " > /root/by-hand.log 2>&1 &", check=True)
+    try:
+        rogue = wait_until(lambda: next(
+            (w for w in cluster.coordinator.alive_web_workers()
+             if w["worker_id"] == "web-worker-by-hand"), None), 30, "the copy registered")
+        with cluster.traffic() as traffic:
+            run = cluster.migrate(new)
+        assert run.returncode != 0
+        assert (f"the Coordinator's registry lists a web worker that serves tasks:web beside "
+                f"the managed ones: web-worker-by-hand on {CORE} ({core.address}), pid "
+                f"{rogue['pid']}, v2.1, heartbeat ") in run.unfolded()
+        assert (f"no service manager runs it there (a copy started by hand, outside "
+                f"systemd/launchd, or one its service manager lost); stop it: `kill "
+                f"{rogue['pid']}` on {CORE} ({core.address}). Nothing was changed") in (
+                    run.unfolded())
+        assert "PLAY [Preflight 1/3" not in run.output
+    finally:
+        core.sh("pkill", "--full", "by-hand.env|worker_web.py")
+        core.sh("rm", "-f", "/root/by-hand.env", "/root/by-hand.log")
+    # Shared tasks:web: the copy took some of them and did them; none is lost.
+    cluster.assert_settled(traffic.outcome(), web)
+
+
+def test_new_host_gone_after_its_worker_started_rolls_back(cluster) -> None:
+    old = cluster.web_host()
+    new = cluster.other(old)
+    with cluster.traffic() as traffic:
+        # The new worker is up and verified; the host leaves the network before the switch.
+        run = cluster.migrate(new, on=[(r"^PLAY \[Switch over",
+                                        lambda _: cluster.nodes[new].disconnect())])
+    try:
+        assert run.returncode != 0
+        text = run.unfolded()
+        assert (f"migration rolled back: 5. Stop unless each new host answered, with its web "
+                f"worker running failed: {new} does not answer (") in text
+        assert re.search(rf"Now the Coordinator's registry lists [12] alive web workers? serving "
+                         rf"tasks:web: .*web-worker-{old} on {old} ", text)
+        assert (f"{new} could not be reached, so its web worker may still run: once it "
+                "answers, run migrate-web.yml again (it stops it)") in text
+        assert cluster.nodes[old].unit("is-active") == "active"
+        assert cluster.nodes[old].unit("is-enabled") == "enabled"
+    finally:
+        cluster.nodes[new].connect()
+    # As the message says: once the host is back, the same playbook with the old host in
+    # web_workers stops the leftover on the new one.
+    again = cluster.migrate(old)
+    assert again.returncode == 0, again.output[-6000:]
+    cluster.assert_settled(traffic.outcome(), old, failed_ok=1)
+
+
+@pytest.mark.timeout(1800)
+def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> None:
+    old = cluster.web_host()
+    new = cluster.other(old)
+    standin = f"http://{cluster.nodes[old].address}:11434/_standin/config"
+    # Its Ollama hangs: the old worker is stuck in a task when SIGTERM comes.
+    requests.post(standin, json={"latency": 600}, timeout=10).raise_for_status()
+    try:
+        with cluster.traffic() as traffic:
+            stuck = cluster.coordinator.route("stuck")
+            wait_until(lambda: cluster.coordinator.task(stuck)["status"] == "running",
+                             30, "the old worker on the stuck task")
+            run = cluster.migrate(new)
+    finally:
+        requests.post(standin, json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
+    assert run.returncode == 0, run.output[-6000:]
+    assert (f"the web worker on {old} did not finish its task within its shutdown timeout "
+            "after SIGTERM and gave it up; the Reaper fails that task, the new worker serves "
+            "the queued ones") in run.unfolded()
+    # The stuck task is failed by the Reaper, naming the worker; none is lost.
+    task = cluster.coordinator.finished(stuck, time.monotonic() + 300)
+    assert task["status"] == "failed" and f"web-worker-{old}" in task["error"], task
+    cluster.assert_settled(traffic.outcome(), new)
+
+
+@pytest.mark.timeout(3600)
+def test_interrupted_at_each_play_boundary_then_run_again_converges(cluster) -> None:
+    plays = re.findall(r"^- name: (.+)$", (drive.REPO / "migrate-web.yml").read_text(), re.M)
+    with cluster.traffic() as traffic:
+        for boundary in range(1, len(plays)):
+            target = cluster.other(cluster.web_host())
+            banner = re.escape(f"PLAY [{plays[boundary].strip(chr(34))}]")
+            cut = cluster.migrate(target, on=[(f"^{banner}", drive.interrupt)])
+            assert cut.returncode != 0, f"not interrupted before play {boundary + 1}"
+            assert "User interrupted execution" in cut.output or cut.returncode == -signal.SIGINT
+            finish = cluster.migrate(target)
+            assert finish.returncode == 0, (boundary, finish.output[-6000:])
+            cluster.assert_one_web_worker(target)
+    cluster.assert_settled(traffic.outcome(), cluster.web_host())
+
+
+@pytest.mark.parametrize(("what", "when", "unit"), [
+    ("the Coordinator", r"^TASK \[7\. Route a test task", "coordinator.service"),
+    ("PostgreSQL", r"^PLAY \[Start the web worker", "postgresql.service"),
+], ids=["coordinator", "postgresql"])
+def test_a_restart_in_the_middle_of_the_move(cluster, what, when, unit) -> None:
+    old = cluster.web_host()
+    new = cluster.other(old)
+    with cluster.traffic() as traffic:
+        run = cluster.migrate(new, on=[(when, lambda _: cluster.nodes[CORE].sh(
+            "systemctl", "restart", unit, check=True))])
+    assert run.returncode == 0, f"{what} restarted: {run.output[-6000:]}"
+    outcome = traffic.outcome()
+    cluster.assert_settled(outcome, new)

@@ -1,0 +1,124 @@
+"""The README's "Using it on your own cluster", followed literally on the lab.
+
+A copy of inventory/home gets only what a user changes: the hosts and their addresses, the
+login user and key, the vault filled in (the sudo password in it too) and encrypted with a
+password file, and what the lab has in place of the real SearXNG and Ollama (the stand-in
+endpoints, the wheels the nodes install offline: LAB_ONLY below). Then site.yml, web_workers
+edited, migrate-web.yml, and both again: nothing changes. A wrong vault password gets
+Ansible's one line, before anything is touched.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from lab import drive, lab
+
+MINE = lab.STATE_DIR / "inventory-mine"
+VAULT_PASSWORD = lab.STATE_DIR / "vault-password"
+WRONG_PASSWORD = lab.STATE_DIR / "vault-password-wrong"
+
+# What the lab needs that a user's cluster does not: its stand-ins in place of SearXNG and
+# Ollama, and wheels for the nodes, which cannot reach PyPI through the host's TLS setup.
+LAB_ONLY = {
+    "worker_searxng_url": "http://10.89.20.40:8888",
+    "ollama_install": False,
+    "ollama_binary": "/opt/standins/ollama.py",
+    "ollama_host": "0.0.0.0:11434",
+    "coordinator_pip_wheelhouse": str(lab.STATE_DIR / "wheelhouse" / "coordinator"),
+    "worker_pip_wheelhouse": str(lab.STATE_DIR / "wheelhouse" / "worker"),
+}
+
+
+def secret(name: str) -> str:
+    return (lab.SECRETS_DIR / name).read_text().split()[0]
+
+
+def make_mine(cluster, web_host: str) -> None:
+    """cp -r inventory/home inventory/mine, then the user's edits."""
+    shutil.rmtree(MINE, ignore_errors=True)
+    shutil.copytree(drive.REPO / "inventory" / "home", MINE)
+    # Hosts and addresses: the lab's three Linux nodes instead of AI-Core and the MacBook.
+    hosts_file = MINE / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    groups = hosts["all"]["children"]
+    for group in ("coordinator", "database", "redis"):
+        groups[group]["hosts"] = {"lab-ai-core": None}
+    groups["inference_workers"]["hosts"] = {"lab-ai-core": None, "lab-worker-fast": None}
+    groups["web_workers"]["hosts"] = {web_host: None}
+    hosts["all"]["hosts"] = {name: {"ansible_host": node.address, "node_address": node.address}
+                             for name, node in cluster.nodes.items()}
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    for name in ("ai-core.yml", "macbookair"):
+        path = MINE / "host_vars" / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    # The login user and key, as for any SSH host.
+    for name in cluster.nodes:
+        (MINE / "host_vars" / f"{name}.yml").write_text("---\nansible_user: admin\n")
+    (MINE / "group_vars" / "all" / "ssh.yml").write_text(yaml.safe_dump({
+        "ansible_ssh_private_key_file": str(lab.SSH_KEY),
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={lab.KNOWN_HOSTS}"}))
+    (MINE / "group_vars" / "all" / "lab-standins.yml").write_text(yaml.safe_dump(LAB_ONLY))
+    # cp vault.yml.example vault.yml, replace every CHANGE_ME, ansible-vault encrypt.
+    example = (MINE / "group_vars" / "all" / "vault.yml.example").read_text()
+    filled = (example
+              .replace("vault_coordinator_db_password: CHANGE_ME",
+                       f"vault_coordinator_db_password: {secret('coordinator_db_password')}")
+              .replace("vault_redis_password: CHANGE_ME",
+                       f"vault_redis_password: {secret('redis_password')}")
+              .replace("vault_coordinator_token: CHANGE_ME",
+                       f"vault_coordinator_token: {secret('coordinator_token')}")
+              .replace("# ansible_become_password: CHANGE_ME",
+                       f"ansible_become_password: {lab.ADMIN_PASSWORD.read_text().split()[0]}"))
+    assert not re.search(r":\s*CHANGE_ME\s*$", filled, re.M), filled
+    (MINE / "group_vars" / "all" / "vault.yml").write_text(filled)
+    VAULT_PASSWORD.write_text("the user's vault password\n")
+    VAULT_PASSWORD.chmod(0o600)
+    encrypt = subprocess.run(["ansible-vault", "encrypt", "--vault-password-file",
+                              str(VAULT_PASSWORD), str(MINE / "group_vars" / "all" / "vault.yml")],
+                             cwd=drive.REPO, env=drive.env(), capture_output=True, text=True,
+                             check=False)
+    assert encrypt.returncode == 0, encrypt.stderr
+    assert (MINE / "group_vars" / "all" / "vault.yml").read_text().startswith("$ANSIBLE_VAULT;")
+
+
+def move_web_workers(web_host: str) -> None:
+    """The user's edit for a move: web_workers names the new host."""
+    hosts_file = MINE / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    hosts["all"]["children"]["web_workers"]["hosts"] = {web_host: None}
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+
+
+@pytest.mark.timeout(3600)
+def test_the_readme_steps_on_the_lab(cluster) -> None:
+    old = cluster.web_host()
+    new = cluster.other(old)
+    make_mine(cluster, old)
+    vault = ("--vault-password-file", str(VAULT_PASSWORD))
+    with cluster.traffic() as traffic:
+        WRONG_PASSWORD.write_text("not the vault password\n")
+        wrong = cluster.playbooks.run("site.yml", MINE, "--vault-password-file",
+                                      str(WRONG_PASSWORD))
+        assert wrong.returncode != 0
+        assert "Decryption failed (no vault secrets were found that could decrypt)" in (
+            wrong.output)
+        assert "TASK [" not in wrong.output  # nothing ran
+
+        site = cluster.playbooks.run("site.yml", MINE, *vault)
+        assert site.returncode == 0, site.output[-6000:]
+        move_web_workers(new)
+        moved = cluster.playbooks.run("migrate-web.yml", MINE, *vault)
+        assert moved.returncode == 0, moved.output[-6000:]
+        assert re.search(rf"processed by {cluster.nodes[new].address}", moved.output)
+
+        for playbook in ("migrate-web.yml", "site.yml"):
+            again = cluster.playbooks.run(playbook, MINE, *vault)
+            assert again.returncode == 0, again.output[-6000:]
+            assert set(again.changed().values()) == {0}, (playbook, again.changed())
+    cluster.assert_settled(traffic.outcome(), new)

@@ -1,0 +1,165 @@
+"""The filter plugins: the worker role's (records, service manager states) and the playbooks'
+(hosts that cannot be used, the workers the service managers run). No Ansible run needed."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem + "_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+worker = load(REPO / "roles" / "worker" / "filter_plugins" / "worker.py")
+cluster = load(REPO / "filter_plugins" / "cluster.py")
+
+SETTINGS = {
+    "node_name": "macbookair", "node_address": "192.168.0.43",
+    "base_env": {"REDIS_HOST": "192.168.0.40", "REDIS_PORT": 6379, "SHUTDOWN_TIMEOUT": 30},
+    "worker_env": {"OLLAMA_TIMEOUT": 120},
+    "db": {"host": "192.168.0.40", "port": 5432, "name": "coordinator", "user": "coordinator",
+           "password": "it's a \\ secret"},
+    "scripts": {"web": "worker_web.py", "inference": "worker_infer.py"},
+    "default_device": "cpu", "label_prefix": "jp.mapleharp.coordinator-",
+    "config_dir": "/etc/coordinator-worker", "launchd_dir": "/Users/m/Library/LaunchAgents",
+    "log_dir": "/Users/m/Library/Logs/coordinator",
+}
+
+
+def test_records_fill_in_every_default_and_keep_the_environment_apart():
+    resolved = worker.worker_records(
+        [{"name": "web-worker", "kind": "web"},
+         {"name": "inference-worker", "kind": "inference", "state": "absent",
+          "env": {"OLLAMA_MODEL": "llama3.2:3b"}}], **SETTINGS)
+    web, infer = resolved["records"]
+    assert web == {
+        "name": "web-worker", "kind": "web", "state": "present",
+        "worker_id": "web-worker-macbookair", "host": "192.168.0.43",
+        "label": "jp.mapleharp.coordinator-web-worker", "script": "worker_web.py",
+        "unit": "web-worker.service", "env_file": "/etc/coordinator-worker/web-worker.env",
+        "plist": "/Users/m/Library/LaunchAgents/jp.mapleharp.coordinator-web-worker.plist",
+        "log": "/Users/m/Library/Logs/coordinator/web-worker.log",
+    }
+    assert (infer["worker_id"], infer["state"]) == ("macbookair", "absent")
+    # No record carries a secret: tasks loop over them, and -vvv prints loop items.
+    assert "secret" not in repr(resolved["records"])
+    env = resolved["envs"]["inference-worker"]
+    assert env["PG_DSN"] == ("host=192.168.0.40 port=5432 dbname=coordinator user=coordinator "
+                             "password='it\\'s a \\\\ secret'")
+    assert (env["WORKER_DEVICE"], env["OLLAMA_MODEL"], env["OLLAMA_TIMEOUT"]) == (
+        "cpu", "llama3.2:3b", "120")
+    assert "WORKER_DEVICE" not in resolved["envs"]["web-worker"]
+    assert all(isinstance(value, str) for value in env.values())
+
+
+SHOW = """\
+Id=inference-worker.service
+LoadState=loaded
+ActiveState=active
+UnitFileState=enabled
+MainPID=812
+
+Id=web-worker.service
+LoadState=loaded
+ActiveState=inactive
+UnitFileState=enabled
+MainPID=0
+"""
+
+
+def records(*names: str) -> list[dict]:
+    return worker.worker_records([{"name": n, "kind": "web" if n.startswith("web") else
+                                   "inference"} for n in names], **SETTINGS)["records"]
+
+
+def test_systemd_states_say_installed_enabled_running_and_pid():
+    states = {s["name"]: s for s in worker.worker_states(
+        records("inference-worker", "web-worker"), systemd_show=SHOW)}
+    assert {k: states["inference-worker"][k] for k in ("installed", "enabled", "running",
+                                                       "pid")} == {
+        "installed": True, "enabled": True, "running": True, "pid": 812}
+    # Stopped but still enabled: it would start again at boot.
+    assert {k: states["web-worker"][k] for k in ("installed", "enabled", "running", "pid")} == {
+        "installed": True, "enabled": True, "running": False, "pid": 0}
+
+
+def test_a_unit_systemd_does_not_know_is_not_installed():
+    show = "Id=web-worker.service\nLoadState=not-found\nActiveState=inactive\nMainPID=0\n"
+    [state] = worker.worker_states(records("web-worker"), systemd_show=show)
+    assert (state["installed"], state["enabled"], state["running"]) == (False, False, False)
+
+
+def test_launchd_states_from_print_print_disabled_and_the_plists():
+    web, infer = records("web-worker", "inference-worker")
+    prints = [{"item": web, "rc": 0, "stdout": "gui/501/x = {\n\tstate = running\n\tpid = 4242\n}"},
+              {"item": infer, "rc": 113, "stdout": ""}]
+    stats = [{"item": web, "stat": {"exists": True}}, {"item": infer, "stat": {"exists": True}}]
+    disabled = f'disabled services = {{\n\t"{infer["label"]}" => disabled\n}}\n'
+    states = {s["name"]: s for s in worker.worker_states(
+        [web, infer], launchd_prints=prints, launchd_disabled_output=disabled,
+        plist_stats=stats)}
+    assert {k: states["web-worker"][k] for k in ("installed", "enabled", "running", "pid")} == {
+        "installed": True, "enabled": True, "running": True, "pid": 4242}
+    assert {k: states["inference-worker"][k] for k in ("installed", "enabled", "running",
+                                                       "pid")} == {
+        "installed": True, "enabled": False, "running": False, "pid": 0}
+
+
+@pytest.mark.parametrize(("result", "problem"), [
+    ({"unreachable": True, "msg": 'Task failed: Data could not be sent to remote host '
+      '"10.89.20.42". Make sure this host can be reached over ssh: ssh: connect to host '
+      '10.89.20.42 port 22: Connection refused'},
+     "lab-2 is unreachable (ssh: connect to host 10.89.20.42 port 22: Connection refused): "
+     "bring it back (its network, sshd) or take it out of the inventory"),
+    ({"failed": True, "msg": "Task failed: Missing sudo password"},
+     "lab-2: sudo asks for a password and none was given: run with -K (--ask-become-pass) "
+     "or set ansible_become_password (in the vault)"),
+    ({"failed": True, "msg": "Task failed: Incorrect sudo password"},
+     "lab-2: sudo refused the password given (-K or ansible_become_password): correct it"),
+])
+def test_a_host_that_cannot_be_used_is_named_with_what_to_do(result, problem):
+    hostvars = {"lab-1": {"cluster_reach": {"changed": False}}, "lab-2": {"cluster_reach": result}}
+    assert cluster.reach_problems(["lab-1", "lab-2"], hostvars) == [problem]
+
+
+def test_hosts_with_the_same_problem_are_named_together():
+    missing = {"failed": True, "msg": "Task failed: Missing sudo password"}
+    hostvars = {name: {"cluster_reach": missing} for name in ("a", "b")}
+    [line] = cluster.reach_problems(["a", "b"], hostvars)
+    assert line.startswith("a, b: sudo asks for a password")
+
+
+def test_running_workers_and_their_addresses_for_the_registry():
+    inference, web = worker.worker_states(records("inference-worker", "web-worker"),
+                                          systemd_show=SHOW)
+    hostvars = {"macbookair": {"worker_status": [inference, web]}, "other": {}}
+    assert cluster.running_workers(["macbookair", "other"], hostvars, "inference") == [
+        {"host": "192.168.0.43", "pid": 812}]
+    assert cluster.running_workers(["macbookair"], hostvars, "web") == []
+    assert cluster.worker_addresses(["macbookair", "other"], hostvars) == {
+        "192.168.0.43": "macbookair"}
+
+
+def test_process_counts_name_each_host_that_differs():
+    results = [
+        {"item": "new", "stdout": "1"}, {"item": "old", "stdout": "1"},
+        {"item": "core", "stdout": "0"},
+        {"item": "gone", "unreachable": True, "msg": "Task failed: Data could not be sent to "
+         "remote host. Make sure this host can be reached over ssh: ssh: connect to host "
+         "10.0.0.9 port 22: No route to host"}]
+    assert cluster.process_problems(results, {"new": 1}) == [
+        "old runs 1 worker_web.py processes, expected 0: two copies race for their queue; "
+        "stop the one its service manager does not own",
+        "gone does not answer (ssh: connect to host 10.0.0.9 port 22: No route to host)"]
+    assert cluster.process_problems([{"item": "new", "stdout": "0"}], {"new": None}) == [
+        "new runs no worker_web.py"]
+    assert cluster.process_problems([{"item": "new", "stdout": "2"}], {"new": None}) == []
