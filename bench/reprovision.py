@@ -2,24 +2,23 @@
 """Benchmark re-provisioning: the wall time of a no-op ``site.yml`` on the container lab.
 
 Builds its own copy of the three-node lab (containers ``bench-*`` on the podman network
-``bench-lab``, 10.89.26.0/24, never the ``lab-*`` containers of other work), converges it with
-``lab/prepare.yml`` and ``site.yml``, then times further runs of ``site.yml``, each of which
+``bench-lab``, 10.89.26.0/24, never the ``lab-*`` containers of other work), reached over
+SSH as admin with sudo like the lab, converges it with ``lab/prepare.yml`` and ``site.yml``
+(the first converge is timed too), then times further runs of ``site.yml``, each of which
 must report ``changed=0`` on every host (otherwise the script stops and names the host and the
 changed tasks). Variants, each repeated ``--repeats`` times, in rotation:
 
-    plain        the repository's settings: the lab's own connection (lab_podman, which
-                 pipelines: one ``podman exec`` per module) and ``pipelining = true``
-    collection   the connection the lab used before, containers.podman.podman, which cannot
-                 pipeline (``-e ansible_connection=containers.podman.podman``)
-    nopipelining ANSIBLE_PIPELINING=0
+    plain        the repository's settings: SSH with ControlPersist and ``pipelining = true``
+    nopipelining ANSIBLE_PIPELINING=0 (Ansible's own default)
     factcache    ANSIBLE_CACHE_PLUGIN=jsonfile, ANSIBLE_CACHE_PLUGIN_CONNECTION=<dir>,
                  ANSIBLE_GATHERING=smart (the cache filled once before the timed runs)
 
-Variants combine with ``+`` (``collection+factcache``); ``variant:N`` sets its number of runs.
-Every run counts its podman commands (``exec``, ``mount``, ``cp``; a two-line shell wrapper set
-as the connection's ``podman_executable`` logs each call, costing one ``sh`` start per call)
-and the Ansible modules run, and has the ``ansible.posix.profile_tasks`` callback on, which
-gives the costliest tasks. Every Ansible run's output is kept in ``.lab/logs/reprovision/``.
+Variants combine with ``+`` (``nopipelining+factcache``); ``variant:N`` sets its number of
+runs. Every run counts its ssh, sftp and scp commands (two-line shell wrappers set as
+Ansible's ``ssh_executable``, ``sftp_executable`` and ``scp_executable`` log each call, costing
+one ``sh`` start per call) and the modules run, and has the ``ansible.posix.profile_tasks``
+callback on, which gives the costliest tasks. Every Ansible run's output is kept in
+``.lab/logs/reprovision/``.
 
 ``--nodes 3 6 9`` grows the lab: the extra nodes are inference workers (group
 ``inference_workers``, like ``lab-worker-fast``). Each size's inventory is generated from
@@ -30,8 +29,7 @@ at least the number of nodes. The script holds ``.lab/molecule.lock`` while its 
 exist and removes them and the network at the end, also on Ctrl-C or SIGTERM. The figures in
 docs/benchmarks.md come from:
 
-    .venv/bin/python bench/reprovision.py --nodes 3 --variants plain:2,collection:1 \
-        --budget 45
+    .venv/bin/python bench/reprovision.py --nodes 3 --variants plain:3,nopipelining:1
 
 (``--budget``: no new run starts after that many minutes; the table has what was measured.)
 """
@@ -65,7 +63,8 @@ NETWORK = "bench-lab"
 SUBNET = "10.89.26.0/24"
 PREFIX = "bench-"
 VENV_BIN = REPO / ".venv" / "bin"
-FEATURES = ("collection", "nopipelining", "factcache")
+FEATURES = ("nopipelining", "factcache")
+CONNECTION_PROGRAMS = ("ssh", "sftp", "scp")
 
 TASK_HEADER = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$")
 CHANGED = re.compile(r"^changed: \[([^\]\s]+)")
@@ -150,14 +149,19 @@ def seed_apt_cache(origin: dict[str, str]) -> None:
 
 # -- ansible runs --------------------------------------------------------------------------
 
-def write_podman_wrapper(path: Path) -> None:
-    """podman that first logs its arguments to $BENCH_PODMAN_LOG (one line per call)."""
-    podman = shutil.which("podman")
-    if podman is None:
-        raise SystemExit("podman not found")
-    path.write_text(f'#!/bin/sh\nprintf \'%s\\n\' "$*" >> "$BENCH_PODMAN_LOG"\n'
-                    f'exec {podman} "$@"\n')
-    path.chmod(0o755)
+def write_logging_wrappers(directory: Path) -> dict[str, Path]:
+    """ssh, sftp and scp that first log their arguments to $BENCH_CONNECTION_LOG."""
+    wrappers = {}
+    for program in CONNECTION_PROGRAMS:
+        real = shutil.which(program)
+        if real is None:
+            raise SystemExit(f"{program} not found (apt-get install openssh-client)")
+        wrapper = directory / f"{program}-logged"
+        log_line = f"printf '{program} %s\\n' \"$*\" >> \"$BENCH_CONNECTION_LOG\""
+        wrapper.write_text(f'#!/bin/sh\n{log_line}\nexec {real} "$@"\n')
+        wrapper.chmod(0o755)
+        wrappers[program] = wrapper
+    return wrappers
 
 
 @dataclass
@@ -167,8 +171,8 @@ class Run:
     output: str
     load: float
     recap: dict[str, dict[str, int]] = field(default_factory=dict)  # lab.play_recap
-    podman: Counter[str] = field(default_factory=Counter)  # subcommand -> calls
-    modules: Counter[str] = field(default_factory=Counter)  # module -> podman exec runs
+    calls: Counter[str] = field(default_factory=Counter)  # ssh / sftp / scp -> calls
+    modules: int = 0  # ssh calls that ran a module (python on the node)
 
     @property
     def task_seconds(self) -> Counter[str]:
@@ -205,8 +209,7 @@ class Bench:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.cache_dir = tmp / "facts"
-        self.podman_wrapper = tmp / "podman-logged"
-        write_podman_wrapper(self.podman_wrapper)
+        self.wrappers = write_logging_wrappers(tmp)
         self.logs = lablib.STATE_DIR / "logs" / "reprovision"
         shutil.rmtree(self.logs, ignore_errors=True)
         self.logs.mkdir(parents=True)
@@ -220,7 +223,9 @@ class Bench:
             PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
             ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_FORKS=str(forks),
             ANSIBLE_PIPELINING="0" if "nopipelining" in features else "1",
-            ANSIBLE_PODMAN_EXECUTABLE=str(self.podman_wrapper),
+            ANSIBLE_SSH_EXECUTABLE=str(self.wrappers["ssh"]),
+            ANSIBLE_SFTP_EXECUTABLE=str(self.wrappers["sftp"]),
+            ANSIBLE_SCP_EXECUTABLE=str(self.wrappers["scp"]),
             ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
             PROFILE_TASKS_TASK_OUTPUT_LIMIT="all", PROFILE_TASKS_SORT_ORDER="none")
         if "factcache" in features:
@@ -235,11 +240,10 @@ class Bench:
         """Run an ansible command; its output goes to a log file in the temporary directory."""
         self.count += 1
         cmd = [str(VENV_BIN / argv[0]), "-i", str(inventory), *argv[1:]]
-        if "collection" in features:
-            cmd += ["-e", "ansible_connection=containers.podman.podman"]
         log = self.logs / f"{self.count:03d}-{label}.log"
-        calls = self.logs / f"{self.count:03d}-{label}.podman"
-        env = dict(self.env(features, forks), BENCH_PODMAN_LOG=str(calls), **(extra_env or {}))
+        calls = self.logs / f"{self.count:03d}-{label}.connections"
+        env = dict(self.env(features, forks), BENCH_CONNECTION_LOG=str(calls),
+                   **(extra_env or {}))
         load = os.getloadavg()[0]
         started = time.monotonic()
         with open(log, "w+") as out:
@@ -265,15 +269,11 @@ class Bench:
         run = Run(seconds, proc.returncode, output, load, recap)
         if calls.exists():
             for line in calls.read_text().splitlines():
-                words = line.split(maxsplit=1)
-                kind = words[0] if words else "?"
-                if line.startswith("exec --interactive"):  # lab_podman: stdin carries it
-                    kind = "exec of a file" if 'cat > "$1"' in line else "exec of a module"
-                run.podman[kind] += 1
-                module = MODULE.search(line)
-                # Each module shows twice (its chmod, then its run): count the run only.
-                if module and words[0] == "exec" and "python" in line and "chmod" not in line:
-                    run.modules[module[1]] += 1
+                program = line.split(maxsplit=1)[0]
+                run.calls[program] += 1
+                # With pipelining the module goes to python's stdin; without, its file runs.
+                if program == "ssh" and ("python3'" in line or MODULE.search(line)):
+                    run.modules += 1
         return run
 
     def fill_fact_cache(self, inventory: Path, forks: int) -> None:
@@ -327,22 +327,18 @@ class Figures:
         seconds = [r.seconds for r in self.runs]
         first = self.runs[0]
         loads = [r.load for r in self.runs]
-        calls = sum(first.podman.values())
         return (f"| {self.nodes} | {self.variant} | {len(seconds)} | "
                 f"{statistics.median(seconds):.1f} | {min(seconds):.1f} | {max(seconds):.1f} | "
-                f"{first.task_headers} | {first.host_tasks} | {calls} "
-                f"({first.podman['exec']} exec) | {min(loads):.1f}–{max(loads):.1f} |")
+                f"{first.task_headers} | {first.host_tasks} | {first.calls['ssh']} "
+                f"({first.modules} modules) | {min(loads):.1f}–{max(loads):.1f} |")
 
 
 def describe(run: Run, label: str) -> None:
-    """Where a run's time went: its podman calls, modules and costliest tasks."""
-    calls = sum(run.podman.values())
-    print(f"    {label}: {run.task_headers} tasks, {run.host_tasks} task results, podman calls "
-          f"{calls} ({', '.join(f'{k} {v}' for k, v in run.podman.most_common())}), "
-          f"{calls / max(run.host_tasks, 1):.1f} per task result")
-    if run.modules:  # only without pipelining do the module names show in podman calls
-        print("      modules run (podman exec of AnsiballZ_*): "
-              + ", ".join(f"{k} {v}" for k, v in run.modules.most_common(8)))
+    """Where a run's time went: its connections, modules and costliest tasks."""
+    print(f"    {label}: {run.task_headers} tasks, {run.host_tasks} task results, "
+          + ", ".join(f"{k} {v}" for k, v in run.calls.most_common())
+          + f" calls, {run.modules} module runs, "
+          f"{run.calls['ssh'] / max(run.host_tasks, 1):.1f} ssh calls per task result")
     seconds = run.task_seconds
     spent = sum(seconds.values())
     print(f"      costliest tasks (profile_tasks, of {spent:.0f} s):")
@@ -409,7 +405,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, nargs="+", default=[3],
                    help="lab sizes, increasing (default 3; the figures: 3 6 9)")
-    p.add_argument("--variants", default="plain,collection",
+    p.add_argument("--variants", default="plain,nopipelining",
                    help="variants at the first size, comma-separated: plain, or features "
                         f"({', '.join(FEATURES)}) joined with +; variant:N for N runs")
     p.add_argument("--scale-variants", default="plain",
@@ -449,7 +445,7 @@ def report(bench: Bench, converges: list[tuple[int, float, str]]) -> None:
     for nodes, seconds, load in converges:
         print(f"  {nodes} nodes: {seconds:.0f} s   ({load})")
     print("\n| nodes | variant | runs | median s | min s | max s | tasks | task results "
-          "| podman calls (1st run) | load average |")
+          "| ssh calls (1st run) | load average |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for figure in bench.figures:
         print(figure.row())
