@@ -8,10 +8,11 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from coordkit import Backends, FakeWorker, ServerThread
 
 from coordinator.schema import ensure_schema
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+
+from .coordkit import Backends, FakeWorker, ServerThread
 
 DB = "coordinator_tests"
 

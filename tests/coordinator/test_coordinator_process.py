@@ -13,11 +13,12 @@ from collections.abc import Iterator
 import httpx
 import psycopg
 import pytest
-from conftest import create_database
-from coordkit import Backends, ServerThread, coordinator_process, wait_for
 
 from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+
+from .conftest import create_database
+from .coordkit import Backends, ServerThread, coordinator_process, wait_for
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -227,7 +228,7 @@ def test_postgres_down(backends: Backends, start_server) -> None:
 
 def test_route_bench_runs_against_a_coordinator(server: ServerThread, backends: Backends
                                                 ) -> None:
-    from coordkit import ROOT
+    from .coordkit import ROOT
 
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "route_bench.py"), "--url", server.url,

@@ -8,7 +8,8 @@ import time
 
 import httpx
 import pytest
-from coordkit import Backends, wait_for
+
+from .coordkit import Backends, wait_for
 
 TTL = "2"  # heartbeats every 0.1 s in FakeWorker; a worker is dead 2 s after its last one
 

@@ -6,7 +6,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from coordinator_task_harness import (
+
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
+
+from .coordinator_task_harness import (
     ProbeRun,
     RunningCoordinator,
     SqlWorker,
@@ -15,8 +18,6 @@ from coordinator_task_harness import (
     start_coordinator,
     start_probe,
 )
-
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from coordinator_task_harness import PYTHON, TasksDb, pg_args
 
 from lab.throwaway import ThrowawayPostgres, free_port
 from module_utils.coordinator_pg import NO_DRIVER_MESSAGE
+
+from .coordinator_task_harness import PYTHON, TasksDb, pg_args
 
 NOBODY = "http://127.0.0.1:{port}"
 

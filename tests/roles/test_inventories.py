@@ -10,7 +10,8 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO, run
+
+from .conftest import REPO, run
 
 HOME = REPO / "inventory" / "home"
 

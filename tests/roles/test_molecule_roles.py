@@ -10,9 +10,10 @@ import os
 import subprocess
 
 import pytest
-from conftest import REPO, VENV_BIN
 
 from lab import lab
+
+from .conftest import REPO, VENV_BIN
 
 SCENARIOS = [name for name in ("site", "coordinator", "worker")
              if (REPO / "molecule" / name / "molecule.yml").exists()]

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import HERE, run
 
 from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres
+
+from .conftest import HERE, run
 
 PLAYBOOK = HERE / "playbooks" / "pg_hba_block.yml"
 PREFLIGHT = ("postgresql_access : Preflight | every worker host has an IP address for its "

@@ -7,7 +7,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from standin_process import REPO, Standin, clean_env
+
+from .standin_process import REPO, Standin, clean_env
 
 
 @pytest.fixture
