@@ -44,7 +44,8 @@ for _path in (ROOT, ROOT / "files"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from coordinator.routing import WEB_QUEUE  # noqa: E402
+from coordinator_contract import WEB_QUEUE  # noqa: E402
+
 from lab import demo, lab  # noqa: E402
 
 WORKER_NODES = ("lab-worker-slow", "lab-worker-fast")

@@ -33,45 +33,23 @@ import redis
 import redis.backoff
 import redis.retry
 import requests
+from coordinator_contract import (
+    ADOPT_SQL,
+    CLAIM_SQL,
+    HOLDER_SQL,
+    LOCK_SQL,
+    RECLAIM_SQL,
+    RESULT_SQL,
+    STATE_SQL,
+    WRITE_CHECK_SQL,
+    has_model,
+    processing_list,
+)
 
 # BLMOVE blocks at most this long so the loop notices SIGTERM promptly.
 TAKE_BLOCK_SECONDS = 1
 MAX_RETRY_DELAY = 5.0
 
-# Guarded transitions of docs/design.md.
-# The claim is committed without waiting for its WAL flush (the created row and the result
-# are flushed): bench/dispatch.py found every commit's fsync in series with the next. If
-# PostgreSQL crashes before a later flush, the task is `queued` again and runs again
-# (at-least-once, as after any lost claim); the result guard still allows one result.
-CLAIM_SQL = """SET LOCAL synchronous_commit TO off;
-UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,
-       worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1
- WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)
-RETURNING task_type, prompt, model"""
-RECLAIM_SQL = """SET LOCAL synchronous_commit TO off;
-UPDATE tasks SET claim = %(claim)s, worker_host = %(host)s,
-       started_at = clock_timestamp(), attempts = attempts + 1
- WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
-   AND queue = ANY(%(queues)s)
-RETURNING task_type, prompt, model"""
-RESULT_SQL = """
-UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,
-       error = %(error)s, worker = %(worker)s, finished_at = clock_timestamp()
- WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s"""
-ADOPT_SQL = """
-SELECT id::text FROM tasks
- WHERE status = 'running' AND worker_id = %(worker_id)s AND queue = ANY(%(queues)s)"""
-STATE_SQL = "SELECT status, worker_id FROM tasks WHERE id = %(id)s"
-WRITE_CHECK_SQL = "UPDATE tasks SET status = status WHERE false"
-LOCK_SQL = "SELECT pg_try_advisory_lock(hashtext('worker:' || %(worker_id)s))"
-# A bigint advisory key shows in pg_locks as classid (high half) and objid (low half).
-HOLDER_SQL = """
-SELECT a.application_name, a.client_addr::text
-  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-   AND l.classid::bigint = (hashtext('worker:' || %(worker_id)s)::bigint >> 32) & 4294967295
-   AND l.objid::bigint = hashtext('worker:' || %(worker_id)s)::bigint & 4294967295"""
 # The server drops a dead host's session (and so its lock) within about 25 s.
 LOCK_SESSION_OPTIONS = "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 " \
     "-c tcp_keepalives_count=3"
@@ -277,13 +255,6 @@ def ollama_models(base_url: str, timeout: float) -> list[str]:
     return [model["name"] for model in response.json().get("models", [])]
 
 
-def has_model(names: list[str], model: str) -> bool:
-    """Ollama matches names case-insensitively, and a name without a tag means `:latest`."""
-    wanted = model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"
-    present = {name.lower() for name in names}
-    return model.lower() in present or wanted.lower() in present
-
-
 # --- the worker ---------------------------------------------------------------------------
 
 @dataclass
@@ -313,7 +284,7 @@ class Worker:
 
     def __init__(self, cfg: BaseConfig) -> None:
         self.cfg = cfg
-        self.processing = f"processing:{cfg.worker_id}"
+        self.processing = processing_list(cfg.worker_id)
         self.instance_id = str(uuid.uuid4())
         self.app_name = f"{self.program} {cfg.worker_id} {cfg.worker_host} pid={os.getpid()}"
         self.redis = redis.Redis(

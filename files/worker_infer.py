@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import coordinator_contract as contract
 import requests
 import worker_base
 from worker_base import (
@@ -32,7 +33,7 @@ from worker_base import (
 
 # The one place the version lives: the banner, --version and registration all read it.
 VERSION = "1.0"
-TASK_TYPES = ("generate", "chat", "summarize")
+TASK_TYPES = contract.INFERENCE_TYPES
 SUMMARIZE_PROMPT = ("Summarise the following text in a few sentences, in the language it is "
                     "written in.\n\n")
 
@@ -71,7 +72,7 @@ class InferenceWorker(Worker):
 
     @property
     def queues(self) -> list[str]:
-        return [f"tasks:{self.cfg.device}:{self.cfg.worker_id}"]
+        return [contract.inference_queue(self.cfg.device, self.cfg.worker_id)]
 
     def models(self) -> list[str]:
         return ollama_models(self.cfg.ollama_host, min(self.cfg.ollama_timeout, 10))

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import coordinator_contract as contract
 import requests
 import worker_base
 from worker_base import (
@@ -33,10 +34,9 @@ from worker_base import (
 
 # The one place the version lives: the banner, --version and registration all read it.
 VERSION = "2.1"
-QUEUE = "tasks:web"
-# tasks.worker gets this literal once the result is written, never the host (docs/design.md).
-RESULT_WORKER = "web-worker"
-TASK_TYPE = "web_search"
+KIND = "web"
+# The task types routed to web workers (web_search), and the queue they share.
+TASK_TYPES = tuple(t for t, (kind, _) in contract.ROUTES.items() if kind == KIND)
 SEARCH_RESULTS_USED = 5
 
 
@@ -74,13 +74,13 @@ class WebConfig(BaseConfig):
 class WebWorker(Worker):
     program = "worker_web"
     title = "Web Search Worker"
-    kind = "web"
+    kind = KIND
     version = VERSION
     cfg: WebConfig
 
     @property
     def queues(self) -> list[str]:
-        return [QUEUE]
+        return [contract.KIND_QUEUES[KIND]]
 
     def check_backends(self) -> None:
         url = self.cfg.searxng_url
@@ -93,12 +93,13 @@ class WebWorker(Worker):
                                 min(self.cfg.ollama_timeout, 10))
 
     def result_worker(self) -> str:
-        return RESULT_WORKER
+        # tasks.worker gets this literal, never the host (docs/design.md).
+        return contract.WEB_RESULT_WORKER
 
     def execute(self, task: Task) -> Outcome:
-        if task.task_type != TASK_TYPE:
-            return Outcome("failed", error=f"{self.program} answers {TASK_TYPE} tasks only, "
-                                           f"not {task.task_type}")
+        if task.task_type not in TASK_TYPES:
+            return Outcome("failed", error=f"{self.program} answers {', '.join(TASK_TYPES)} "
+                                           f"tasks only, not {task.task_type}")
         try:
             results = self.search(task.prompt)
         except SearchError as error:

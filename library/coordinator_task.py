@@ -10,6 +10,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_contract import TASK_TYPES
 from ansible.module_utils.coordinator_pg import NO_DRIVER_MESSAGE, Driver, load_driver
 from ansible.module_utils.coordinator_probe import (
     PROBE_TABLE_SQL,
@@ -93,7 +94,7 @@ options:
         inference tasks for one worker's queue.
     type: str
     default: web_search
-    choices: [web_search, rag, generate, chat, summarize]
+    choices: [chat, generate, rag, summarize, web_search]
   model:
     description:
       - Model requested for an inference task. Unset means the worker's default.
@@ -337,7 +338,7 @@ def argument_spec() -> dict[str, Any]:
         "task_type": {
             "type": "str",
             "default": "web_search",
-            "choices": ["web_search", "rag", "generate", "chat", "summarize"],
+            "choices": list(TASK_TYPES),
         },
         "model": {"type": "str"},
         "target_worker": {"type": "str"},

@@ -167,11 +167,9 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_contract import canonical_model_name
 from ansible.module_utils.urls import open_url
 
-DEFAULT_REGISTRY = "registry.ollama.ai"
-DEFAULT_NAMESPACE = "library"
-DEFAULT_TAG = "latest"
 # Listing and deleting are quick; a dead host should not hold the play for the pull timeout.
 QUICK_TIMEOUT = 30
 
@@ -197,40 +195,16 @@ def normalize_url(host: str) -> str:
     return url
 
 
-def canonical_name(name: str) -> str:
-    """The full ``host/namespace/model:tag`` form Ollama matches names by, lower-cased.
-
-    Follows Ollama's own parsing (types/model/name.go): the tag is what follows the last ``:``
-    only when no ``/`` comes after it (so ``localhost:5000/x/y`` has no tag), then the last
-    three ``/``-separated parts are host, namespace and model; missing parts take Ollama's
-    defaults. Ollama compares names case-insensitively.
-    """
-    text = name.strip()
-    tag = DEFAULT_TAG
-    colon = text.rfind(":")
-    if colon >= 0 and "/" not in text[colon:]:
-        text, tag = text[:colon], text[colon + 1 :]
-    parts = text.split("/")
-    if not text or not tag or len(parts) > 3 or not all(parts) or len(name.split()) != 1:
-        raise ValueError(
-            f"invalid model name {name!r}: expected [host/][namespace/]model[:tag], "
-            "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
-        )
-    defaults = [DEFAULT_REGISTRY, DEFAULT_NAMESPACE]
-    host, namespace, model = [*defaults[: 3 - len(parts)], *parts]
-    return f"{host}/{namespace}/{model}:{tag}".lower()
-
-
 def find_model(name: str, tags: dict[str, Any]) -> dict[str, Any] | None:
     """The entry of ``GET /api/tags`` that is model ``name``, or None.
 
     Ollama lists ``name`` and ``model`` in short form (``llama3.2:latest``); both are compared
     in canonical form so any spelling of the same model matches.
     """
-    wanted = canonical_name(name)
+    wanted = canonical_model_name(name)
     for entry in tags.get("models") or []:
         listed = entry.get("model") or entry.get("name")
-        if listed and canonical_name(listed) == wanted:
+        if listed and canonical_model_name(listed) == wanted:
             return entry
     return None
 
@@ -426,7 +400,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     params = module.params
     name: str = params["name"]
     try:
-        canonical_name(name)
+        canonical_model_name(name)
     except ValueError as exc:
         module.fail_json(msg=str(exc), name=name)
     client = OllamaClient(

@@ -15,6 +15,7 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
+from coordinator_contract import TASK_TYPES
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -24,13 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import __version__
 from .config import Config
 from .metrics import CONTENT_TYPE
-from .routing import (
-    NAME_RE,
-    TASK_TYPES,
-    RequestError,
-    body_too_large,
-    parse_route_request,
-)
+from .routing import NAME_RE, RequestError, body_too_large, parse_route_request
 from .service import Coordinator, backend_error, first_line
 
 log = logging.getLogger("coordinator.api")

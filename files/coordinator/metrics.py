@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from coordinator_contract import TASK_TYPES
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -19,8 +20,6 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from .routing import TASK_TYPES
 
 disable_created_metrics()  # no *_created series: less noise, smaller scrapes
 

@@ -21,17 +21,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import psycopg
+from coordinator_contract import DEFAULT_WORKER, INFERENCE_TYPES, SHARED_TYPES, processing_list
 from psycopg.rows import dict_row
 
 from . import statemachine as sm
-from .routing import (
-    DEFAULT_WORKER,
-    INFERENCE_TYPES,
-    SHARED_TYPES,
-    Candidate,
-    choose_worker,
-    inference_queue_of,
-)
+from .routing import Candidate, choose_worker, inference_queue_of
 from .schema import WORKER_ALIVE
 
 if TYPE_CHECKING:
@@ -579,7 +573,7 @@ class Reaper:
         if not old:
             return
         queues = sorted(old)
-        processing = sorted(f"processing:{w.worker_id}" for w in workers.values() if w.alive)
+        processing = sorted(processing_list(w.worker_id) for w in workers.values() if w.alive)
         try:
             async with self.redis.pipeline(transaction=True) as pipe:
                 for key in queues:

@@ -20,11 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-WEB_QUEUE = "tasks:web"
-RAG_QUEUE = "tasks:rag"
-SHARED_QUEUES = (WEB_QUEUE, RAG_QUEUE)
-DEFAULT_WORKER = "default"
-WEB_RESULT_WORKER = "web-worker"
+import coordinator_contract as contract
+from coordinator_contract import INFERENCE_TYPES, SHARED_QUEUES, TASK_TYPES
 
 
 @dataclass(frozen=True)
@@ -33,17 +30,9 @@ class Route:
     queue: str | None  # the shared queue, or None for a per-worker inference queue
 
 
-ROUTES: dict[str, Route] = {
-    "web_search": Route("web", WEB_QUEUE),
-    "rag": Route("rag", RAG_QUEUE),
-    "generate": Route("inference", None),
-    "chat": Route("inference", None),
-    "summarize": Route("inference", None),
-}
-TASK_TYPES = tuple(sorted(ROUTES))
-INFERENCE_TYPES = tuple(t for t in TASK_TYPES if ROUTES[t].kind == "inference")
-SHARED_TYPES = tuple(t for t in TASK_TYPES if ROUTES[t].kind != "inference")
-WORKER_KINDS = ("web", "inference", "rag")
+#: The routing table of coordinator_contract, as Route records.
+ROUTES: dict[str, Route] = {task_type: Route(*route)
+                            for task_type, route in contract.ROUTES.items()}
 
 ROUTE_FIELDS = ("prompt", "task_type", "model", "worker")
 _EXAMPLE = '{"prompt": "...", "task_type": "web_search"}'
@@ -196,7 +185,7 @@ def inference_queue_of(worker_id: str, device: str | None, queues: Iterable[str]
         if queue not in SHARED_QUEUES:
             return queue
     if device:
-        return f"tasks:{device}:{worker_id}"
+        return contract.inference_queue(device, worker_id)
     return None
 
 

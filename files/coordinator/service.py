@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
+from coordinator_contract import DEFAULT_WORKER, SHARED_QUEUES
 from psycopg.rows import dict_row
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
@@ -33,15 +34,7 @@ from .events import TaskEvents
 from .metrics import Metrics
 from .reaper import Reaper, dispatch_waiting, load_by_queue, push, pushes_of
 from .registry import KnownWorker, Registry
-from .routing import (
-    DEFAULT_WORKER,
-    ROUTES,
-    SHARED_QUEUES,
-    RequestError,
-    RouteRequest,
-    describe_no_worker,
-    inference_queue_of,
-)
+from .routing import ROUTES, RequestError, RouteRequest, describe_no_worker, inference_queue_of
 from .schema import WORKER_ALIVE, ensure_schema
 
 log = logging.getLogger("coordinator")

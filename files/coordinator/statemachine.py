@@ -5,8 +5,8 @@ so a second copy of a task id, a late result from a worker whose claim was taken
 Reapers acting at once find the guard false and change nothing. Builders return
 ``(sql, params)`` and do no I/O, so they can be tested on their own.
 
-The worker-side transitions (claim, result) are reproduced here from docs/design.md for tests
-and for reference; the worker programs carry their own copy.
+The worker-side transitions (claim, re-claim, result) are coordinator_contract's, which the
+workers run; these are the Coordinator's own (insert, re-queue, fail, re-push).
 """
 
 from __future__ import annotations
@@ -43,42 +43,6 @@ def insert_tasks(rows: Sequence[NewTask]) -> tuple[str, list[list[Any]]]:
     if not rows:
         raise ValueError("insert_tasks needs at least one row")
     return INSERT, [list(column) for column in zip(*rows, strict=True)]
-
-
-CLAIM = (
-    "UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,"
-    " worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1"
-    " WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)"
-    " RETURNING task_type, prompt, model, attempts"
-)
-
-
-def claim_task(
-    task_id: uuid.UUID | str, claim: uuid.UUID, worker_id: str, host: str,
-    queues: Sequence[str],
-) -> Query:
-    """Worker side: ``queued → running``, only for a task on one of the worker's queues."""
-    return CLAIM, {"id": task_id, "claim": claim, "worker_id": worker_id, "host": host,
-                   "queues": list(queues)}
-
-
-RESULT = (
-    "UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,"
-    " error = %(error)s, worker = COALESCE(%(worker)s, worker),"
-    " finished_at = clock_timestamp()"
-    " WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s RETURNING id"
-)
-
-
-def write_result(
-    task_id: uuid.UUID | str, claim: uuid.UUID, status: str, result: str | None = None,
-    error: str | None = None, fallback: bool = False, worker: str | None = None,
-) -> Query:
-    """Worker side: ``running → done | failed``, only by the holder of the claim."""
-    if status not in FINAL:
-        raise ValueError(f"a result sets status done or failed, not {status!r}")
-    return RESULT, {"id": task_id, "claim": claim, "status": status, "result": result,
-                    "error": error, "fallback": fallback, "worker": worker}
 
 
 REQUEUE = (

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import coordinator_contract as contract
 import httpx
 import psycopg
 import redis
@@ -201,22 +202,19 @@ class FakeWorker:
 
     def claim(self, task_id: str) -> str | None:
         claim = uuid.uuid4()
-        cur = self.conn.execute(
-                "UPDATE tasks SET status='running', claim=%s, worker_id=%s, worker_host=%s,"
-                " started_at=clock_timestamp(), attempts=attempts+1"
-            " WHERE id=%s AND status='queued' AND queue = ANY(%s) RETURNING id",
-            (claim, self.worker_id, self.host, task_id, [self.queue]))
+        cur = self.conn.execute(contract.CLAIM, {
+            "id": task_id, "claim": claim, "worker_id": self.worker_id, "host": self.host,
+            "queues": [self.queue]})
         return str(claim) if cur.fetchone() else None
 
     def finish(self, task_id: str, claim: str | None, result: str = "an answer",
                status: str = "done", error: str | None = None, fallback: bool = False,
                worker: str | None = None) -> bool:
-        cur = self.conn.execute(
-            "UPDATE tasks SET status=%s, result=%s, fallback=%s, error=%s,"
-            " worker=COALESCE(%s, worker), finished_at=clock_timestamp()"
-            " WHERE id=%s AND status='running' AND claim=%s RETURNING id",
-            (status, result, fallback, error, worker, task_id, claim))
-        done = cur.fetchone() is not None
+        default = contract.WEB_RESULT_WORKER if self.kind == "web" else self.worker_id
+        cur = self.conn.execute(contract.RESULT_SQL, {
+            "id": task_id, "claim": claim, "status": status, "result": result,
+            "fallback": fallback, "error": error, "worker": worker or default})
+        done = cur.rowcount == 1
         if done:
             self.redis.lrem(self.processing, 1, task_id)
         return done

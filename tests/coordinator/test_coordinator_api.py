@@ -9,7 +9,8 @@ import uuid
 
 import httpx
 import pytest
-from coordkit import Backends, ServerThread, wait_for
+
+from .coordkit import Backends, ServerThread, wait_for
 
 # -- routing -------------------------------------------------------------------------------
 

@@ -10,8 +10,6 @@ docs/design.md while the module waits.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import json
 import os
 import secrets
@@ -21,10 +19,10 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from urllib.error import URLError
 from urllib.request import urlopen
 
+import coordinator_contract as contract
 import psycopg
 import pytest
 
@@ -34,7 +32,6 @@ from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis, f
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 ANSIBLE_PLAYBOOK = str(Path(PYTHON).parent / "ansible-playbook")
-WEB_QUEUES = ["tasks:web"]
 
 
 @dataclass
@@ -192,12 +189,9 @@ class SqlWorker:
 
     def claim(self, task_id: str, worker_id: str, host: str) -> uuid.UUID:
         claim = uuid.uuid4()
-        row = self.conn.execute(
-            "UPDATE tasks SET status='running', claim=%s, worker_id=%s, worker_host=%s,"
-            " started_at=clock_timestamp(), attempts=attempts+1"
-            " WHERE id=%s AND status='queued' AND queue = ANY(%s) RETURNING id",
-            (claim, worker_id, host, task_id, WEB_QUEUES),
-        ).fetchone()
+        row = self.conn.execute(contract.CLAIM, {
+            "id": task_id, "claim": claim, "worker_id": worker_id, "host": host,
+            "queues": [contract.WEB_QUEUE]}).fetchone()
         assert row is not None, f"task {task_id} could not be claimed"
         return claim
 
@@ -205,13 +199,10 @@ class SqlWorker:
         self, task_id: str, claim: uuid.UUID, status: str = "done", result: str | None = None,
         fallback: bool = False, error: str | None = None,
     ) -> None:
-        row = self.conn.execute(
-            "UPDATE tasks SET status=%s, result=%s, fallback=%s, error=%s, worker='web-worker',"
-            " finished_at=clock_timestamp()"
-            " WHERE id=%s AND status='running' AND claim=%s RETURNING id",
-            (status, result, fallback, error, task_id, claim),
-        ).fetchone()
-        assert row is not None, f"task {task_id}'s result could not be written"
+        written = self.conn.execute(contract.RESULT_SQL, {
+            "id": task_id, "claim": claim, "status": status, "result": result,
+            "fallback": fallback, "error": error, "worker": contract.WEB_RESULT_WORKER})
+        assert written.rowcount == 1, f"task {task_id}'s result could not be written"
 
     def count(self, prompt: str | None = None) -> int:
         if prompt is None:
@@ -278,32 +269,3 @@ def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path,
         time.sleep(0.1)
     proc.kill()
     pytest.fail(f"the Coordinator did not answer /health within 60s:\n{log.read_text()}")
-
-
-def module_doc(name: str) -> dict:
-    """A module's DOCUMENTATION, EXAMPLES and RETURN as ``ansible-doc --json`` parses them."""
-    out = subprocess.run(
-        [str(Path(PYTHON).parent / "ansible-doc"), "-M", str(REPO / "library"), "--json", name],
-        capture_output=True, text=True, check=True,
-    )
-    return json.loads(out.stdout)[name]
-
-
-def load_module(name: str, *module_utils_names: str) -> ModuleType:
-    """library/<name>.py imported with its module_utils where Ansible puts them."""
-    aliases = {f"ansible.module_utils.{util}": importlib.import_module(f"module_utils.{util}")
-               for util in module_utils_names}
-    saved = {alias: sys.modules.get(alias) for alias in aliases}
-    sys.modules.update(aliases)
-    try:
-        spec = importlib.util.spec_from_file_location(f"{name}_module",
-                                                      REPO / "library" / f"{name}.py")
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-        return loaded
-    finally:
-        for alias, value in saved.items():
-            if value is None:
-                sys.modules.pop(alias, None)
-            else:
-                sys.modules[alias] = value

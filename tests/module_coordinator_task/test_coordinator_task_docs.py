@@ -11,9 +11,10 @@ from types import ModuleType
 
 import pytest
 import yaml
-from coordinator_task_harness import load_module, module_doc
 
 from module_utils.coordinator_probe import TaskRow, result_fields
+
+from ..library_kit import load_module, module_doc
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def doc() -> dict:
 
 @pytest.fixture(scope="module")
 def module() -> ModuleType:
-    return load_module("coordinator_task", "coordinator_probe", "coordinator_pg")
+    return load_module("coordinator_task")
 
 
 def test_every_option_is_documented_as_coded(doc, module):

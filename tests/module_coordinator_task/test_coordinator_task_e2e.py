@@ -19,7 +19,10 @@ from urllib.error import URLError
 from urllib.request import Request, urlopen
 
 import pytest
-from coordinator_task_harness import (
+
+from lab.throwaway import ThrowawayRedis, free_port, ship_worker_programs
+
+from .coordinator_task_harness import (
     PYTHON,
     REPO,
     RunningCoordinator,
@@ -27,8 +30,6 @@ from coordinator_task_harness import (
     pg_args,
     unique_prompt,
 )
-
-from lab.throwaway import ThrowawayRedis, free_port, ship_worker_programs
 
 MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 # Not the id the SQL worker of the other tests uses: once this worker is stopped and dead,

@@ -13,7 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from coordinator_task_harness import (
+
+from coordinator.routing import RequestError, parse_route_request
+from lab.throwaway import free_port
+
+from .coordinator_task_harness import (
     ProbeRun,
     RunningCoordinator,
     SqlWorker,
@@ -24,9 +28,6 @@ from coordinator_task_harness import (
     start_probe,
     unique_prompt,
 )
-
-from coordinator.routing import RequestError, parse_route_request
-from lab.throwaway import free_port
 
 FAST = {"poll_interval": 0.2}
 

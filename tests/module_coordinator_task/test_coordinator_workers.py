@@ -17,15 +17,11 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from coordinator_task_harness import (
-    RunningCoordinator,
-    finish_probe,
-    load_module,
-    module_doc,
-    start_probe,
-)
 
 from lab.throwaway import wait_until
+
+from ..library_kit import load_module, module_doc
+from .coordinator_task_harness import RunningCoordinator, finish_probe, start_probe
 
 SLOW, FAST = "10.0.7.42", "10.0.7.43"
 HOSTS = {SLOW: "lab-worker-slow", FAST: "lab-worker-fast"}
@@ -149,7 +145,7 @@ def test_wrong_token_and_no_coordinator_are_one_line(tmp_path, coordinator):
 
 def test_documentation_matches_the_code(tmp_path, coordinator, registrations):
     doc = module_doc("coordinator_workers")
-    module = load_module("coordinator_workers", "coordinator_probe", "coordinator_registry")
+    module = load_module("coordinator_workers")
     spec = module.argument_spec()
     options = doc["doc"]["options"]
     assert sorted(options) == sorted(spec)

@@ -113,6 +113,7 @@ def ansible_env(workdir: Path) -> dict[str, str]:
             "ANSIBLE_CONFIG": str(config),
             "ANSIBLE_HOME": str(workdir / "ansible-home"),
             "ANSIBLE_LIBRARY": str(REPO / "library"),
+            "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
             "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
             "ANSIBLE_LOCALHOST_WARNING": "false",
             "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from coordinator_contract import canonical_model_name
 
 from library import ollama_model as om
 
@@ -29,7 +30,7 @@ HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
     ],
 )
 def test_canonical_name(name, canonical):
-    assert om.canonical_name(name) == canonical
+    assert canonical_model_name(name) == canonical
 
 
 @pytest.mark.parametrize(
@@ -37,7 +38,7 @@ def test_canonical_name(name, canonical):
 )
 def test_canonical_name_rejects_malformed(name):
     with pytest.raises(ValueError) as exc:
-        om.canonical_name(name)
+        canonical_model_name(name)
     assert str(exc.value) == (
         f"invalid model name {name!r}: expected [host/][namespace/]model[:tag], "
         "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"

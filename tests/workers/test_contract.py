@@ -15,16 +15,13 @@ from coordinator import routing
 from .conftest import FILES
 
 
-def test_web_queue_is_the_coordinators_routing_table_value() -> None:
-    assert routing.ROUTES["web_search"].queue == worker_web.QUEUE
-    assert routing.ROUTES["web_search"].kind == worker_web.WebWorker.kind
-    assert worker_web.TASK_TYPE == "web_search"
-    assert worker_web.RESULT_WORKER == routing.WEB_RESULT_WORKER
-
-
-def test_inference_task_types_are_the_routed_ones() -> None:
-    assert set(worker_infer.TASK_TYPES) == set(routing.INFERENCE_TYPES)
-    assert worker_infer.InferenceWorker.kind == routing.ROUTES["generate"].kind
+def test_each_worker_serves_the_queues_routing_sends_its_task_types_to() -> None:
+    # Both sides read coordinator_contract; this checks how each program uses it.
+    web = worker_web.WebWorker.__new__(worker_web.WebWorker)
+    assert web.queues == [routing.ROUTES["web_search"].queue]
+    assert set(worker_web.TASK_TYPES) == {t for t, r in routing.ROUTES.items() if r.kind == "web"}
+    assert set(worker_infer.TASK_TYPES) == {t for t, r in routing.ROUTES.items()
+                                            if r.kind == worker_infer.InferenceWorker.kind}
 
 
 def _imported_modules(path: str) -> set[str]:
@@ -46,7 +43,8 @@ def test_worker_dependencies_are_pinned_for_the_node() -> None:
     imported = (_imported_modules("worker_web.py") | _imported_modules("worker_base.py")
                 | _imported_modules("worker_infer.py")) - set(sys.stdlib_module_names)
     packages = {"psycopg2": "psycopg2-binary"}
-    assert {packages.get(m, m) for m in imported - {"worker_base"}} <= pinned
+    shipped = {"worker_base", "coordinator_contract"}
+    assert {packages.get(m, m) for m in imported - shipped} <= pinned
 
 
 def test_missing_variables_are_all_named() -> None:

@@ -1,0 +1,137 @@
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the Coordinator, the workers and the Ansible modules share (docs/design.md).
+
+The one place for the names every part must agree on: the routing table (task types, the
+kind of worker that serves each, the shared queues), the Redis key names, the literals the
+`tasks` table holds, the worker-side SQL of the guarded state machine, and the rule by which
+a model name matches the ones an Ollama server lists. Pure Python, no dependencies.
+
+It ships three ways, always this file: the worker role and the coordinator role copy it to
+the nodes beside the programs (``import coordinator_contract``), and the modules of
+library/ import it as ``ansible.module_utils.coordinator_contract`` (module_utils/ has a link
+to this file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# -- routing ---------------------------------------------------------------------------------
+
+WEB_QUEUE = "tasks:web"
+RAG_QUEUE = "tasks:rag"
+SHARED_QUEUES = (WEB_QUEUE, RAG_QUEUE)
+WORKER_KINDS = ("web", "inference", "rag")
+#: task type -> (the kind of worker that serves it, its shared queue or None for the queue
+#: of one inference worker)
+ROUTES: dict[str, tuple[str, str | None]] = {
+    "web_search": ("web", WEB_QUEUE),
+    "rag": ("rag", RAG_QUEUE),
+    "generate": ("inference", None),
+    "chat": ("inference", None),
+    "summarize": ("inference", None),
+}
+TASK_TYPES = tuple(sorted(ROUTES))
+INFERENCE_TYPES = tuple(t for t in TASK_TYPES if ROUTES[t][0] == "inference")
+SHARED_TYPES = tuple(t for t in TASK_TYPES if ROUTES[t][0] != "inference")
+#: The queue a worker of each shared kind takes from.
+KIND_QUEUES = {kind: queue for kind, queue in ROUTES.values() if queue is not None}
+
+#: tasks.worker while a shared-queue task waits for any worker of its kind.
+DEFAULT_WORKER = "default"
+#: tasks.worker once a web worker wrote the result, whichever host it ran on.
+WEB_RESULT_WORKER = "web-worker"
+
+
+def inference_queue(device: str, worker_id: str) -> str:
+    """An inference worker's own queue, e.g. ``tasks:cpu:macbookair``."""
+    return f"tasks:{device}:{worker_id}"
+
+
+def processing_list(worker_id: str) -> str:
+    """The Redis list holding the ids a worker took and has not finished."""
+    return f"processing:{worker_id}"
+
+
+# -- the worker side of the guarded state machine (docs/design.md) -----------------------------
+
+# The claim is committed without waiting for its WAL flush (the created row and the result
+# are flushed): bench/dispatch.py found every commit's fsync in series with the next. If
+# PostgreSQL crashes before a later flush, the task is `queued` again and runs again
+# (at-least-once, as after any lost claim); the result guard still allows one result.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off;\n"
+CLAIM = """UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,
+       worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1
+ WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)
+RETURNING task_type, prompt, model"""
+# A task its own earlier process left running when it died mid-task; safe because only the
+# holder of the worker's advisory lock (one process) runs it.
+RECLAIM = """UPDATE tasks SET claim = %(claim)s, worker_host = %(host)s,
+       started_at = clock_timestamp(), attempts = attempts + 1
+ WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
+   AND queue = ANY(%(queues)s)
+RETURNING task_type, prompt, model"""
+CLAIM_SQL = ASYNC_COMMIT + CLAIM
+RECLAIM_SQL = ASYNC_COMMIT + RECLAIM
+RESULT_SQL = """
+UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,
+       error = %(error)s, worker = %(worker)s, finished_at = clock_timestamp()
+ WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s"""
+ADOPT_SQL = """
+SELECT id::text FROM tasks
+ WHERE status = 'running' AND worker_id = %(worker_id)s AND queue = ANY(%(queues)s)"""
+STATE_SQL = "SELECT status, worker_id FROM tasks WHERE id = %(id)s"
+WRITE_CHECK_SQL = "UPDATE tasks SET status = status WHERE false"
+LOCK_SQL = "SELECT pg_try_advisory_lock(hashtext('worker:' || %(worker_id)s))"
+# A bigint advisory key shows in pg_locks as classid (high half) and objid (low half).
+HOLDER_SQL = """
+SELECT a.application_name, a.client_addr::text
+  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND l.classid::bigint = (hashtext('worker:' || %(worker_id)s)::bigint >> 32) & 4294967295
+   AND l.objid::bigint = hashtext('worker:' || %(worker_id)s)::bigint & 4294967295"""
+
+
+# -- model names, as Ollama matches them ------------------------------------------------------
+
+DEFAULT_REGISTRY = "registry.ollama.ai"
+DEFAULT_NAMESPACE = "library"
+DEFAULT_TAG = "latest"
+
+
+def canonical_model_name(name: str) -> str:
+    """A model name as Ollama compares it: ``host/namespace/model:tag``, lower-cased.
+
+    Follows Ollama's own parsing (types/model/name.go): the tag is what follows the last ``:``
+    only when no ``/`` comes after it (so ``localhost:5000/x/y`` has no tag), then the last
+    three ``/``-separated parts are host, namespace and model; missing parts take Ollama's
+    defaults (registry.ollama.ai, library, latest). Ollama compares names case-insensitively.
+    Raises ValueError for what is no model name."""
+    text = name.strip()
+    tag = DEFAULT_TAG
+    colon = text.rfind(":")
+    if colon >= 0 and "/" not in text[colon:]:
+        text, tag = text[:colon], text[colon + 1:]
+    parts = text.split("/")
+    if not text or not tag or len(parts) > 3 or not all(parts) or len(name.split()) != 1:
+        raise ValueError(
+            f"invalid model name {name!r}: expected [host/][namespace/]model[:tag], "
+            "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+        )
+    host, namespace, model = [*[DEFAULT_REGISTRY, DEFAULT_NAMESPACE][: 3 - len(parts)], *parts]
+    return f"{host}/{namespace}/{model}:{tag}".lower()
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two spellings name the same model (``llama3.2`` and ``llama3.2:latest``)."""
+    try:
+        return canonical_model_name(a) == canonical_model_name(b)
+    except ValueError:
+        return False
+
+
+def has_model(names: Iterable[str], model: str) -> bool:
+    """Whether ``model`` is among the model ``names`` an Ollama server lists."""
+    return any(same_model(name, model) for name in names)
