@@ -1,5 +1,14 @@
 """HTTP stand-ins for SearXNG and Ollama, for tests and the demo (see README.md here).
 
-Each module is self-contained (standard library only) so it also runs as a single file
-copied onto a lab host: ``python3 /opt/standins/ollama.py --port 11434``.
+Standard library only. Each server imports standin_core.py (what both share) and the
+Ollama one coordinator_contract.py (files/: the cluster's one rule for matching model names);
+on a lab host the files lie side by side (``python3 /opt/standins/ollama.py --port 11434``,
+lab/prepare.yml copies them). From the repository, this package puts files/ on the path.
 """
+
+import sys
+from pathlib import Path
+
+_FILES = str(Path(__file__).resolve().parents[2] / "files")
+if _FILES not in sys.path:
+    sys.path.append(_FILES)

@@ -1,4 +1,4 @@
-"""What both stand-ins share: one core in two files, single-file runs, start-up errors."""
+"""What both stand-ins share: the core they import, runs from a copied folder, start-up errors."""
 
 from __future__ import annotations
 
@@ -9,36 +9,29 @@ from pathlib import Path
 
 import pytest
 import requests
-from standin_process import REPO, STANDINS, clean_env
 
-START = "# ---- shared stand-in core"
-END = "# ---- end of the shared stand-in core ----"
+from .standin_process import REPO, STANDINS, clean_env
+
 SYSTEM_PYTHON = Path("/usr/bin/python3")
-
-
-def shared_core(path: Path) -> str:
-    text = path.read_text(encoding="utf-8")
-    return text[text.index(START) : text.index(END)]
-
-
-def test_the_shared_core_is_identical_in_both_files():
-    # Each file must run alone on a lab host, so the core is copied, never imported; a
-    # fix made in one copy only would make the stand-ins disagree.
-    assert shared_core(STANDINS / "searxng.py") == shared_core(STANDINS / "ollama.py")
+# What lab/prepare.yml copies onto a host for each stand-in.
+BESIDE = {"ollama": [STANDINS / "standin_core.py", REPO / "files" / "coordinator_contract.py"],
+          "searxng": [STANDINS / "standin_core.py"]}
 
 
 @pytest.mark.parametrize(
     ("module", "probe", "expected"),
     [("ollama", "/", "Ollama is running"), ("searxng", "/healthz", "OK")],
 )
-def test_a_copied_file_runs_alone_on_the_standard_library(
+def test_the_copied_files_run_on_the_standard_library(
     launch_file, tmp_path, module, probe, expected
 ):
     copy = tmp_path / "opt" / "standins" / f"{module}.py"
     copy.parent.mkdir(parents=True)
-    shutil.copy(STANDINS / f"{module}.py", copy)
-    # Isolated mode (-I): no repository, no virtualenv, no user site: only the stdlib.
-    python = [str(SYSTEM_PYTHON), "-I"] if SYSTEM_PYTHON.exists() else [sys.executable, "-I"]
+    for path in [STANDINS / f"{module}.py", *BESIDE[module]]:
+        shutil.copy(path, copy.parent / path.name)
+    # No PYTHON* variables, no user site, the system Python: only the stdlib and the folder
+    # of the files, as the unit lab/prepare.yml writes runs them.
+    python = [str(SYSTEM_PYTHON) if SYSTEM_PYTHON.exists() else sys.executable, "-E", "-s"]
 
     standin = launch_file(python, copy)
 
