@@ -1,5 +1,5 @@
-"""The whole role on a pretend Mac: localhost with Darwin facts, a launchctl test double on
-PATH (tests/ollama/doubles/launchctl.py) and the Ollama stand-in as the running server.
+"""The whole role on a pretend Mac: localhost with Darwin facts, the launchctl test double on
+PATH (tests/doubles/launchctl) and the Ollama stand-in as the running server.
 
 What it shows: the plist lands in ~/Library/LaunchAgents, the agent is loaded with
 `bootstrap gui/<uid>` only when needed, a changed plist gives `bootout` then `bootstrap`,
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-DOUBLES = Path(__file__).resolve().parent / "doubles"
+DOUBLES = Path(__file__).resolve().parents[1] / "doubles"
 HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 UID = 501
 
@@ -26,14 +26,12 @@ UID = 501
 def mac(tmp_path: Path, standin, run_playbook):
     home = tmp_path / "Users" / "alice"
     home.mkdir(parents=True)
-    state = tmp_path / "launchd"
-    state.mkdir()
+    state = tmp_path / "launchctl.json"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     launchctl = bin_dir / "launchctl"
-    launchctl.write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" "{DOUBLES / "launchctl.py"}" "{state}" "$@"\n'
-    )
+    launchctl.write_text(f'#!/bin/sh\nFAKE_LAUNCHCTL_STATE="{state}" exec "{sys.executable}" '
+                         f'"{DOUBLES / "launchctl"}" "$@"\n')
     launchctl.chmod(0o755)
     # The installed binary preflight looks for (ollama_install: false); never run here.
     ollama = bin_dir / "ollama"
@@ -55,8 +53,7 @@ def mac(tmp_path: Path, standin, run_playbook):
 
     def converge(**overrides: Any) -> dict[str, Any]:
         """Run the role: launchctl calls (all, and those changing something) and changed tasks."""
-        calls_file = state / "calls"
-        calls_file.write_text("")
+        before = len(json.loads(state.read_text())["calls"]) if state.exists() else 0
         playbook = [
             {
                 "hosts": "localhost",
@@ -67,7 +64,7 @@ def mac(tmp_path: Path, standin, run_playbook):
         ]
         rc, results, output = run_playbook(playbook, {**settings, **overrides}, path_prefix=bin_dir)
         assert rc == 0, output
-        calls = calls_file.read_text().splitlines()
+        calls = [" ".join(call) for call in json.loads(state.read_text())["calls"][before:]]
         changing = [c for c in calls if not c.startswith(("print ", "print-disabled "))]
         changed = [r for r in results if r.get("changed")]
         return {"calls": changing, "changed": changed, "all_calls": calls}
@@ -83,9 +80,7 @@ def test_launchd_agent_lifecycle(mac):
 
     first = converge()
     assert first["calls"] == [f"bootstrap gui/{UID} {plist}"]
-    assert json.loads((state / "launchd.json").read_text())["loaded"] == {
-        "com.ollama.serve": str(plist)
-    }
+    assert json.loads(state.read_text())["loaded"] == ["com.ollama.serve"]
     agent = plistlib.loads(plist.read_bytes())
     assert agent["EnvironmentVariables"]["OLLAMA_HOST"] == standin.url.removeprefix("http://")
     assert standin.tags() == sorted([HF, "llama3.2:3b"])
@@ -103,10 +98,8 @@ def test_launchd_agent_lifecycle(mac):
         ollama_service_state="stopped", ollama_service_enabled=False, ollama_models=[]
     )
     assert stopped["calls"] == [f"bootout {label}", f"disable {label}"]
-    assert json.loads((state / "launchd.json").read_text()) == {
-        "loaded": {},
-        "disabled": ["com.ollama.serve"],
-    }
+    launchd = json.loads(state.read_text())
+    assert (launchd["loaded"], launchd["disabled"]) == ([], ["com.ollama.serve"])
 
     started = converge()
     assert started["calls"] == [f"enable {label}", f"bootstrap gui/{UID} {plist}"]

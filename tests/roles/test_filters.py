@@ -98,15 +98,14 @@ def test_a_unit_systemd_does_not_know_is_not_installed():
     assert (state["installed"], state["enabled"], state["running"]) == (False, False, False)
 
 
-def test_launchd_states_from_print_print_disabled_and_the_plists():
+def test_launchd_states_from_the_launchd_agent_results():
     web, infer = records("web-worker", "inference-worker")
-    prints = [{"item": web, "rc": 0, "stdout": "gui/501/x = {\n\tstate = running\n\tpid = 4242\n}"},
-              {"item": infer, "rc": 113, "stdout": ""}]
-    stats = [{"item": web, "stat": {"exists": True}}, {"item": infer, "stat": {"exists": True}}]
-    disabled = f'disabled services = {{\n\t"{infer["label"]}" => disabled\n}}\n'
-    states = {s["name"]: s for s in worker.worker_states(
-        [web, infer], launchd_prints=prints, launchd_disabled_output=disabled,
-        plist_stats=stats)}
+    results = [
+        {"item": web, "status": {"loaded": True, "running": True, "pid": 4242, "enabled": True,
+                                 "installed": True}},
+        {"item": infer, "status": {"loaded": False, "running": False, "pid": 0,
+                                   "enabled": False, "installed": True}}]
+    states = {s["name"]: s for s in worker.worker_states([web, infer], launchd=results)}
     assert {k: states["web-worker"][k] for k in ("installed", "enabled", "running", "pid")} == {
         "installed": True, "enabled": True, "running": True, "pid": 4242}
     assert {k: states["inference-worker"][k] for k in ("installed", "enabled", "running",

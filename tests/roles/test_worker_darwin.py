@@ -1,7 +1,7 @@
 """The worker role's macOS path: the rendered launchd plist and the launchctl calls.
 
 No Mac here: the play poses as one (faked facts) and a fake launchctl records every call
-(tests/roles/fakebin/launchctl). What only a real Mac shows is listed in docs/roles.md.
+(tests/doubles/launchctl). What only a real Mac shows is listed in docs/roles.md.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import HERE, run
+
+from .conftest import HERE, run
 
 PLAYBOOK = HERE / "playbooks" / "darwin.yml"
 WEB_LABEL = "jp.mapleharp.coordinator-web-worker"

@@ -11,12 +11,8 @@ into the ``worker_status`` fact the role publishes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-_LAUNCHD_PID = re.compile(r"^\s*pid = (\d+)\s*$", re.M)
-_LAUNCHD_DISABLED = re.compile(r'"([^"]+)" => (?:disabled|true)')
 
 
 def libpq_quote(value: str) -> str:
@@ -93,40 +89,26 @@ def systemd_units(show_output: str) -> dict[str, dict[str, str]]:
     return units
 
 
-def launchd_disabled(print_disabled_output: str) -> list[str]:
-    """The labels `launchctl print-disabled gui/<uid>` lists as disabled."""
-    return _LAUNCHD_DISABLED.findall(print_disabled_output or "")
-
-
 def worker_states(
     records: Sequence[Mapping[str, Any]],
     *,
     systemd_show: str | None = None,
-    launchd_prints: Sequence[Mapping[str, Any]] | None = None,
-    launchd_disabled_output: str = "",
-    plist_stats: Sequence[Mapping[str, Any]] | None = None,
+    launchd: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each record with what its service manager reports now: ``installed`` (its unit or
     plist exists), ``enabled`` (starts at boot or login), ``running`` and ``pid`` (0 when not
     running). Linux: ``systemd_show``, the output of `systemctl show` for the units. macOS:
-    the registered results of `launchctl print` and of the plists' `stat` (loops over the
-    records) and the output of `launchctl print-disabled`."""
+    ``launchd``, the registered results of launchd_agent looped over the records."""
     units = systemd_units(systemd_show) if systemd_show is not None else None
-    printed = {r["item"]["label"]: r.get("stdout", "") for r in launchd_prints or ()
-               if r.get("rc") == 0}
-    plists = {r["item"]["label"] for r in plist_stats or () if r.get("stat", {}).get("exists")}
-    disabled = set(launchd_disabled(launchd_disabled_output))
+    agents = {r["item"]["label"]: r.get("status", {}) for r in launchd or ()}
     states = []
     for record in records:
         state = dict(record)
         if units is None:
-            output = printed.get(record["label"], "")
-            running = "state = running" in output
-            pid = _LAUNCHD_PID.search(output)
-            installed = record["label"] in plists
-            state.update(installed=installed,
-                         enabled=installed and record["label"] not in disabled,
-                         running=running, pid=int(pid.group(1)) if running and pid else 0)
+            agent = agents.get(record["label"], {})
+            state.update(installed=bool(agent.get("installed")),
+                         enabled=bool(agent.get("installed")) and bool(agent.get("enabled")),
+                         running=bool(agent.get("running")), pid=int(agent.get("pid") or 0))
         else:
             unit = units.get(record["unit"], {})
             running = unit.get("ActiveState") in ("active", "reloading", "deactivating")
@@ -144,5 +126,4 @@ class FilterModule:
             "worker_records": worker_records,
             "systemd_units": systemd_units,
             "worker_states": worker_states,
-            "launchd_disabled": launchd_disabled,
         }
