@@ -94,13 +94,6 @@ def run_playbook(playbook: str, inventory: Path, log_name: str) -> None:
     print(f"  {GREEN}{playbook} done in {elapsed:.0f}s{RESET} (log: {log_path.relative_to(REPO)})")
 
 
-def coordinator_url() -> str:
-    hosts = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]["children"]
-    core = next(iter(hosts["coordinator"]["hosts"]))
-    address = hosts["lab_nodes"]["hosts"][core]["node_address"]
-    return f"http://{address}:8000"
-
-
 def route_search(url: str, token: str) -> SearchOutcome:
     headers = {"Authorization": f"Bearer {token}"}
     routed = requests.post(
@@ -190,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     step(2, "Provision the cluster with site.yml (web worker on the slow node)")
     run_playbook("site.yml", LAB_INVENTORY, "2-site")
 
-    url, token = coordinator_url(), read_token()
+    url, token = lab.load_lab().coordinator_url, read_token()
     step(3, f"Route a web search through the Coordinator at {url}: {PROMPT}")
     before = route_search(url, token)
     show(before)

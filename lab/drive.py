@@ -55,7 +55,7 @@ def inventory_copy(name: str, web_hosts: list[str], host_vars: dict[str, dict] |
     .lab/ resolve the same way."""
     target = REPO / ".lab" / f"inventory-{name}"
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target, symlinks=True)
+    shutil.copytree(source, target)  # links (cluster.yml) copied as the files they point to
     hosts_file = target / "hosts.yml"
     hosts = yaml.safe_load(hosts_file.read_text())
     hosts["all"]["children"]["web_workers"]["hosts"] = dict.fromkeys(web_hosts)

@@ -52,7 +52,7 @@ ADMIN_PASSWORD = SSH_DIR / "admin_password"
 ADMIN_USER = "admin"
 APT_ARCHIVES = STATE_DIR / "apt-archives"
 # Generated on `create` unless present; the lab inventory reads them with the password lookup.
-SECRET_NAMES = ("coordinator_db_password", "redis_password")
+SECRET_NAMES = ("coordinator_db_password", "redis_password", "coordinator_token")
 LABEL = "coordinator.lab.network"
 # Held by every suite, benchmark or Molecule run that makes podman containers from this
 # checkout, so they run one at a time (`flock .lab/molecule.lock molecule ...` by hand).
@@ -67,18 +67,24 @@ class Lab:
     image: str
     nodes: dict[str, str]  # container/host name -> address
     outsider: tuple[str, str]  # name, address of the container in no group
+    coordinator_url: str | None  # the API of the Coordinator host (None: the lab has none)
 
 
 def load_lab(inventory: Path = INVENTORY) -> Lab:
     """Read the lab's network, image and hosts from the lab inventory."""
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
-    settings = yaml.safe_load((inventory / "group_vars" / "all" / "lab.yml").read_text())
+    group_vars = inventory / "group_vars" / "all"
+    settings = yaml.safe_load((group_vars / "lab.yml").read_text())
     lab_nodes = hosts["all"]["children"]["lab_nodes"]["hosts"]
     nodes = {name: str(vars_["node_address"]) for name, vars_ in lab_nodes.items()}
     outsider = (str(settings["lab_outsider_name"]), str(settings["lab_outsider_address"]))
-    return Lab(
-        settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes, outsider
-    )
+    coordinator = hosts["all"]["children"].get("coordinator", {}).get("hosts") or {}
+    url = None
+    if coordinator:
+        port = yaml.safe_load((group_vars / "cluster.yml").read_text())["coordinator_port"]
+        url = f"http://{nodes[next(iter(coordinator))]}:{port}"
+    return Lab(settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes,
+               outsider, url)
 
 
 def podman(*args: str, check: bool = True, capture: bool = False,
@@ -156,21 +162,20 @@ def ensure_ssh_identity() -> tuple[str, str]:
     return SSH_KEY.with_suffix(".pub").read_text(), password
 
 
-def wait_for_systemd(name: str, timeout: int = 60) -> None:
-    result = podman(
-        "exec",
-        name,
-        "timeout",
-        str(timeout),
-        "systemctl",
-        "is-system-running",
-        "--wait",
-        check=False,
-        capture=True,
-    )
-    state = result.stdout.strip()
-    if state not in ("running", "degraded"):
-        raise SystemExit(f"{name}: systemd did not finish booting (state {state!r})")
+def wait_for_systemd(name: str, timeout: float = 60) -> None:
+    """Until systemd in the container has booted (`systemctl is-system-running --wait`). Right
+    after `podman run`, exec may not reach the container yet: try again until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = podman("exec", name, "timeout", str(max(1, round(deadline - time.monotonic()))),
+                        "systemctl", "is-system-running", "--wait", check=False, capture=True)
+        state = result.stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        if state or time.monotonic() > deadline:
+            raise SystemExit(f"{name}: systemd did not finish booting (state {state!r}"
+                             f"{': ' + result.stderr.strip()[-200:] if result.stderr else ''})")
+        time.sleep(0.5)
 
 
 def start_container(network: str, image: str, name: str, address: str) -> None:

@@ -69,6 +69,10 @@ class Config:
         return f"{self.redis_host}:{self.redis_port}"
 
 
+#: Every setting's default, for load_config and for the docs: the one place they live.
+DEFAULT = Config(pg_dsn="", redis_host="")
+
+
 def pg_address(dsn: str) -> str:
     """``host:port`` of a libpq DSN, never including the password."""
     try:
@@ -136,41 +140,42 @@ def load_config(env: Mapping[str, str]) -> Config:
         raise ConfigError(
             "REDIS_HOST is not set: set it to the Redis server's host name or address"
         )
-    bind = env.get("COORDINATOR_BIND", "").strip() or "127.0.0.1"
+    bind = env.get("COORDINATOR_BIND", "").strip() or DEFAULT.bind
     token = env.get("COORDINATOR_TOKEN") or None
     if token is not None and (token != token.strip() or any(c.isspace() for c in token)):
         raise ConfigError(
             "COORDINATOR_TOKEN contains whitespace: use a token without spaces or newlines"
         )
-    log_level = (env.get("COORDINATOR_LOG_LEVEL") or "INFO").strip().upper()
+    log_level = (env.get("COORDINATOR_LOG_LEVEL") or DEFAULT.log_level).strip().upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") or \
             not isinstance(logging.getLevelName(log_level), int):
         raise ConfigError(
             f"COORDINATOR_LOG_LEVEL={env.get('COORDINATOR_LOG_LEVEL')!r} is not a log level: "
             "use debug, info, warning, error or critical"
         )
-    ttl = _number(env, "COORDINATOR_HEARTBEAT_TTL", 15.0, integer=False, minimum=0.3,
-                  unit="seconds")
+    d = DEFAULT
+    ttl = _number(env, "COORDINATOR_HEARTBEAT_TTL", d.heartbeat_ttl, integer=False,
+                  minimum=0.3, unit="seconds")
     return Config(
         pg_dsn=dsn,
         redis_host=redis_host,
-        redis_port=_port(env, "REDIS_PORT", 6379),
+        redis_port=_port(env, "REDIS_PORT", d.redis_port),
         redis_password=env.get("REDIS_PASSWORD") or None,
         bind=bind,
-        port=_port(env, "COORDINATOR_PORT", 8000),
+        port=_port(env, "COORDINATOR_PORT", d.port),
         token=token,
         heartbeat_ttl=ttl,
-        web_task_deadline=_number(env, "COORDINATOR_WEB_TASK_DEADLINE", 60.0, integer=False,
-                                  minimum=0, unit="seconds"),
-        max_attempts=int(_number(env, "COORDINATOR_MAX_ATTEMPTS", 3, integer=True, minimum=1,
-                                 unit="attempts")),
-        task_timeout=_number(env, "COORDINATOR_TASK_TIMEOUT", 900.0, integer=False,
+        web_task_deadline=_number(env, "COORDINATOR_WEB_TASK_DEADLINE", d.web_task_deadline,
+                                  integer=False, minimum=0, unit="seconds"),
+        max_attempts=int(_number(env, "COORDINATOR_MAX_ATTEMPTS", d.max_attempts, integer=True,
+                                 minimum=1, unit="attempts")),
+        task_timeout=_number(env, "COORDINATOR_TASK_TIMEOUT", d.task_timeout, integer=False,
                              minimum=0.1, unit="seconds"),
-        max_prompt_bytes=int(_number(env, "COORDINATOR_MAX_PROMPT_BYTES", 1024 * 1024,
+        max_prompt_bytes=int(_number(env, "COORDINATOR_MAX_PROMPT_BYTES", d.max_prompt_bytes,
                                      integer=True, minimum=1, unit="bytes")),
-        repush_grace=_number(env, "COORDINATOR_REPUSH_GRACE", 5.0, integer=False, minimum=0,
-                             unit="seconds"),
-        pg_pool_size=int(_number(env, "COORDINATOR_PG_POOL_SIZE", 10, integer=True, minimum=2,
-                                 unit="connections")),
+        repush_grace=_number(env, "COORDINATOR_REPUSH_GRACE", d.repush_grace, integer=False,
+                             minimum=0, unit="seconds"),
+        pg_pool_size=int(_number(env, "COORDINATOR_PG_POOL_SIZE", d.pg_pool_size, integer=True,
+                                 minimum=2, unit="connections")),
         log_level=log_level,
     )

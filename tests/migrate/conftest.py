@@ -117,7 +117,7 @@ def cluster() -> Iterator[Cluster]:
         core = the_lab.nodes["lab-ai-core"]
         password = (lab.SECRETS_DIR / "redis_password").read_text().split()[0]
         cluster = Cluster(
-            the_lab, playbooks, drive.Coordinator(f"http://{core}:8000"),
+            the_lab, playbooks, drive.Coordinator(the_lab.coordinator_url),
             {name: drive.Node(name, address, the_lab.network)
              for name, address in the_lab.nodes.items()},
             f"redis://:{password}@{core}:6379/0")

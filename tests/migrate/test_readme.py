@@ -3,9 +3,9 @@
 A copy of inventory/home gets only what a user changes: the hosts and their addresses, the
 login user and key, the vault filled in (the sudo password in it too) and encrypted with a
 password file, and what the lab has in place of the real SearXNG and Ollama (the stand-in
-endpoints, the wheels the nodes install offline: LAB_ONLY below). Then site.yml, web_workers
-edited, migrate-web.yml, and both again: nothing changes. A wrong vault password gets
-Ansible's one line, before anything is touched.
+endpoints, the wheels the nodes install offline: inventory/lab's standins.yml). Then
+site.yml, web_workers edited, migrate-web.yml, and both again: nothing changes. A wrong vault
+password gets Ansible's one line, before anything is touched.
 """
 
 from __future__ import annotations
@@ -22,18 +22,6 @@ from lab import drive, lab
 MINE = lab.STATE_DIR / "inventory-mine"
 VAULT_PASSWORD = lab.STATE_DIR / "vault-password"
 WRONG_PASSWORD = lab.STATE_DIR / "vault-password-wrong"
-
-# What the lab needs that a user's cluster does not: its stand-ins in place of SearXNG and
-# Ollama, and wheels for the nodes, which cannot reach PyPI through the host's TLS setup.
-LAB_ONLY = {
-    "worker_searxng_url": "http://10.89.20.40:8888",
-    "ollama_install": False,
-    "ollama_binary": "/opt/standins/ollama.py",
-    "ollama_host": "0.0.0.0:11434",
-    "coordinator_pip_wheelhouse": str(lab.STATE_DIR / "wheelhouse" / "coordinator"),
-    "worker_pip_wheelhouse": str(lab.STATE_DIR / "wheelhouse" / "worker"),
-}
-
 
 def secret(name: str) -> str:
     return (lab.SECRETS_DIR / name).read_text().split()[0]
@@ -63,7 +51,9 @@ def make_mine(cluster, web_host: str) -> None:
     (MINE / "group_vars" / "all" / "ssh.yml").write_text(yaml.safe_dump({
         "ansible_ssh_private_key_file": str(lab.SSH_KEY),
         "ansible_ssh_common_args": f"-o UserKnownHostsFile={lab.KNOWN_HOSTS}"}))
-    (MINE / "group_vars" / "all" / "lab-standins.yml").write_text(yaml.safe_dump(LAB_ONLY))
+    # What the lab has instead of SearXNG, Ollama and PyPI: the stand-in endpoints, and wheels.
+    shutil.copy(lab.INVENTORY / "group_vars" / "all" / "standins.yml",
+                MINE / "group_vars" / "all" / "standins.yml")
     # cp vault.yml.example vault.yml, replace every CHANGE_ME, ansible-vault encrypt.
     example = (MINE / "group_vars" / "all" / "vault.yml.example").read_text()
     filled = (example
