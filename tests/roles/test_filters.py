@@ -162,3 +162,14 @@ def test_process_counts_name_each_host_that_differs():
     assert cluster.process_problems([{"item": "new", "stdout": "0"}], {"new": None}) == [
         "new runs no worker_web.py"]
     assert cluster.process_problems([{"item": "new", "stdout": "2"}], {"new": None}) == []
+
+
+def test_no_two_filter_plugins_share_a_filter_name():
+    # Ansible loads the playbook's and every role's filter_plugins into one namespace: two
+    # filters of one name make the template call whichever was loaded last.
+    owners: dict[str, list[str]] = {}
+    for path in sorted(REPO.glob("filter_plugins/*.py")) + sorted(
+            REPO.glob("roles/*/filter_plugins/*.py")):
+        for name in load(path).FilterModule().filters():
+            owners.setdefault(name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in owners.items() if len(paths) > 1} == {}

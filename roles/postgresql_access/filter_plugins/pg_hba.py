@@ -22,8 +22,8 @@ def hba_address(value: Any) -> str | None:
     return text
 
 
-def worker_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any],
-                     variable: str) -> dict[str, str]:
+def hba_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any],
+                  variable: str) -> dict[str, str]:
     """host -> the address its pg_hba.conf line allows: its ``variable`` (node_address), else
     its ansible_host; as given (the preflight refuses what hba_address does not take)."""
     addresses = {}
@@ -38,4 +38,4 @@ def worker_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any],
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"hba_address": hba_address, "worker_addresses": worker_addresses}
+        return {"hba_address": hba_address, "hba_addresses": hba_addresses}
