@@ -136,9 +136,14 @@ class BaseConfig:
         }
 
     @classmethod
+    def own_fields(cls, env: EnvReader) -> dict[str, Any]:
+        """A subclass's own settings (its added dataclass fields), read from ``env``."""
+        return {}
+
+    @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> BaseConfig:
         env = EnvReader(environ)
-        fields = cls.base_fields(env)
+        fields = {**cls.base_fields(env), **cls.own_fields(env)}
         env.finish()
         return cls(**fields)
 

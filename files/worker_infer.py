@@ -11,7 +11,6 @@ reliable take, guarded writes) is worker_base.py. Configuration: docs/workers.md
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,17 +45,13 @@ class InferConfig(BaseConfig):
     ollama_timeout: float
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> InferConfig:
-        env = EnvReader(environ)
-        fields = cls.base_fields(env)
-        fields.update(
-            ollama_host=http_url(env.required("OLLAMA_HOST")),
-            ollama_model=env.required("OLLAMA_MODEL"),
-            device=env.optional("WORKER_DEVICE", "cpu") or "cpu",
-            ollama_timeout=env.seconds("OLLAMA_TIMEOUT", 300),
-        )
-        env.finish()
-        return cls(**fields)
+    def own_fields(cls, env: EnvReader) -> dict[str, Any]:
+        return {
+            "ollama_host": http_url(env.required("OLLAMA_HOST")),
+            "ollama_model": env.required("OLLAMA_MODEL"),
+            "device": env.optional("WORKER_DEVICE", "cpu") or "cpu",
+            "ollama_timeout": env.seconds("OLLAMA_TIMEOUT", 300),
+        }
 
 
 class OllamaError(Exception):

@@ -12,7 +12,6 @@ worker_base.py, which the worker role ships beside it. Configuration: docs/worke
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,18 +56,14 @@ class WebConfig(BaseConfig):
     ollama_timeout: float
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> WebConfig:
-        env = EnvReader(environ)
-        fields = cls.base_fields(env)
-        fields.update(
-            searxng_url=http_url(env.required("SEARXNG_URL")),
-            ollama_host=http_url(env.required("OLLAMA_HOST")),
-            ollama_model=env.required("OLLAMA_MODEL"),
-            searxng_timeout=env.seconds("SEARXNG_TIMEOUT", 15),
-            ollama_timeout=env.seconds("OLLAMA_TIMEOUT", 90),
-        )
-        env.finish()
-        return cls(**fields)
+    def own_fields(cls, env: EnvReader) -> dict[str, Any]:
+        return {
+            "searxng_url": http_url(env.required("SEARXNG_URL")),
+            "ollama_host": http_url(env.required("OLLAMA_HOST")),
+            "ollama_model": env.required("OLLAMA_MODEL"),
+            "searxng_timeout": env.seconds("SEARXNG_TIMEOUT", 15),
+            "ollama_timeout": env.seconds("OLLAMA_TIMEOUT", 90),
+        }
 
 
 class WebWorker(Worker):

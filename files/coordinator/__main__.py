@@ -13,7 +13,8 @@ import uvicorn
 from . import __version__
 from .app import create_app
 from .config import ConfigError, load_config
-from .service import StartupError, preflight
+from .errors import StartupError
+from .service import preflight
 
 
 def main() -> int:

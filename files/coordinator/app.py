@@ -24,9 +24,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
 from .config import Config
+from .errors import backend_error, first_line
 from .metrics import CONTENT_TYPE
 from .routing import NAME_RE, RequestError, body_too_large, parse_route_request
-from .service import Coordinator, backend_error, first_line
+from .service import Coordinator
 
 log = logging.getLogger("coordinator.api")
 
@@ -218,20 +219,29 @@ class Front:
                 await error_response(503, message, {"Retry-After": "2"})(scope, receive, send)
 
     async def route(self, scope: dict, receive: Any, send: Any) -> None:
-        cfg = self.cfg
-        try:
-            body = await receive_body(scope, receive, cfg.max_body_bytes, cfg.max_prompt_bytes)
-            if body is None:
-                return  # the client went away
-            status, answer = 201, await self.coordinator.route(
-                parse_route_request(body, cfg.max_prompt_bytes))
-        except RequestError as exc:
-            status, answer = exc.status, {"error": exc.message}
+        answered = await answer_route(self.coordinator, scope, receive)
+        if answered is None:
+            return  # the client went away
+        status, answer = answered
         payload = json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
         await send({"type": "http.response.start", "status": status, "headers": [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
+
+
+async def answer_route(coordinator: Coordinator, scope: dict, receive: Any
+                       ) -> tuple[int, dict[str, Any]] | None:
+    """POST /route: (status, answer), or None when the client went away before its body."""
+    cfg = coordinator.cfg
+    try:
+        body = await receive_body(scope, receive, cfg.max_body_bytes, cfg.max_prompt_bytes)
+        if body is None:
+            return None
+        return 201, await coordinator.tasks.route(parse_route_request(body,
+                                                                      cfg.max_prompt_bytes))
+    except RequestError as exc:
+        return exc.status, {"error": exc.message}
 
 
 def content_length_or_none(scope: dict) -> int | None:
@@ -320,9 +330,6 @@ def create_app(cfg: Config) -> Front:
             message = str(exc.detail)
         return error_response(exc.status_code, message, dict(exc.headers or {}))
 
-    route_limit = cfg.max_body_bytes
-    max_prompt = cfg.max_prompt_bytes
-
     @app.post(
         "/route", status_code=201, response_model=RouteAnswer,
         summary="Accept a task: saved in PostgreSQL, then its id pushed to its Redis queue",
@@ -330,10 +337,10 @@ def create_app(cfg: Config) -> Front:
             "schema": RouteBody.model_json_schema()}}}},
     )
     async def route(request: Request) -> Response:
-        # Served by Front.route; this declaration documents it (and serves it without Front).
-        body = await receive_body(request.scope, request.receive, route_limit, max_prompt)
-        req = parse_route_request(body or b"", max_prompt)
-        return json_response(await coordinator.route(req), 201)
+        # Front serves it first, with the same answer_route; this declaration documents it.
+        answered = await answer_route(coordinator, request.scope, request.receive)
+        status, answer = answered or (400, {"error": "the request body did not arrive"})
+        return json_response(answer, status)
 
     @app.get("/task/{task_id}", summary="A task's state and result; ?wait=N long-polls")
     async def get_task(
@@ -350,21 +357,21 @@ def create_app(cfg: Config) -> Front:
         if not 0 <= seconds <= MAX_WAIT:
             raise RequestError(422, f"wait={wait} is out of range: use 0 to {MAX_WAIT:g} "
                                     "seconds")
-        task = await coordinator.get_task(tid, seconds)
+        task = await coordinator.tasks.get(tid, seconds)
         if task is None:
             raise RequestError(404, f"no task {tid}: check the id POST /route returned")
         return json_response(task)
 
     @app.post("/workers/register", summary="A worker announces itself")
     async def register(body: RegisterBody) -> Response:
-        return json_response(await coordinator.register(body.model_dump(mode="json")))
+        return json_response(await coordinator.workers.register(body.model_dump(mode="json")))
 
     @app.post("/workers/{worker_id}/heartbeat", summary="A worker says it is alive")
     async def heartbeat(worker_id: str, body: HeartbeatBody) -> Response:
         if "\x00" in worker_id:
             raise RequestError(422, "worker id contains a NUL character: use the worker_id "
                                     "it registered with")
-        answer = await coordinator.heartbeat(worker_id, body.model_dump(mode="json"))
+        answer = await coordinator.workers.heartbeat(worker_id, body.model_dump(mode="json"))
         if answer is None:
             raise RequestError(404, f"unknown worker {worker_id[:128]!r}: register it again "
                                     "with POST /workers/register")
@@ -375,7 +382,7 @@ def create_app(cfg: Config) -> Front:
         if "\x00" in worker_id:
             raise RequestError(422, "worker id contains a NUL character: use the worker_id "
                                     "it registered with")
-        answer = await coordinator.deregister(worker_id, str(body.instance_id))
+        answer = await coordinator.workers.deregister(worker_id, str(body.instance_id))
         if answer is None:
             raise RequestError(404, f"unknown worker {worker_id[:128]!r}: nothing to "
                                     "deregister")
@@ -383,20 +390,20 @@ def create_app(cfg: Config) -> Front:
 
     @app.get("/workers", summary="Every registered worker, alive or not")
     async def workers() -> Response:
-        return json_response({"workers": await coordinator.list_workers(),
+        return json_response({"workers": await coordinator.workers.list(),
                               "heartbeat_ttl": cfg.heartbeat_ttl})
 
     @app.get("/queues", summary="Every queue's depth (LLEN) and in-flight (running) count")
     async def queues() -> Response:
-        return json_response(await coordinator.list_queues())
+        return json_response(await coordinator.stats.queues())
 
     @app.get("/health", summary="200 when PostgreSQL and Redis both answer, else 503")
     async def health() -> Response:
-        ok, body = await coordinator.health()
+        ok, body = await coordinator.stats.health()
         return json_response(body, 200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
-        return Response(await coordinator.render_metrics(), media_type=CONTENT_TYPE)
+        return Response(await coordinator.stats.render_metrics(), media_type=CONTENT_TYPE)
 
     return Front(app, cfg, coordinator)

@@ -41,35 +41,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import SplitResult
 
-if __package__:
-    from coordinator_contract import same_model
+from coordinator_contract import same_model
 
-    from .standin_core import (
-        CONTROL_PATH,
-        BadSetting,
-        Setting,
-        StandinHandler,
-        Store,
-        as_bool,
-        as_fail,
-        as_float,
-        parse_command_line,
-        serve,
-    )
-else:  # copied onto a host: coordinator_contract.py and standin_core.py lie beside it
-    from coordinator_contract import same_model
-    from standin_core import (  # type: ignore[no-redef]
-        CONTROL_PATH,
-        BadSetting,
-        Setting,
-        StandinHandler,
-        Store,
-        as_bool,
-        as_fail,
-        as_float,
-        parse_command_line,
-        serve,
-    )
+if __package__:
+    from . import standin_core as core
+else:  # copied onto a host: the files it imports lie beside it
+    import standin_core as core  # type: ignore[no-redef]
 
 
 NAME = "ollama-standin"
@@ -103,7 +80,8 @@ def as_model_names(value: object) -> list[str]:
     if isinstance(value, str):
         value = [part for part in value.split(",") if part.strip()]
     if not isinstance(value, list) or not all(is_model_name(name) for name in value):
-        raise BadSetting(f"expected a list of model names (or comma-separated text), got {value!r}")
+        raise core.BadSetting("expected a list of model names (or comma-separated text), "
+                              f"got {value!r}")
     names: list[str] = []
     for name in map(canonical_name, value):
         if not any(same_model(name, known) for known in names):
@@ -117,8 +95,8 @@ def as_pullable(value: object) -> str | list[str]:
         return "*"
     try:
         return as_model_names(value)
-    except BadSetting:
-        raise BadSetting(
+    except core.BadSetting:
+        raise core.BadSetting(
             f'expected "*" (any model) or a list of model names, got {value!r}'
         ) from None
 
@@ -134,7 +112,7 @@ def as_pull_errors(value: object) -> dict[str, str]:
         is_model_name(name) and isinstance(error, str) and error.strip()
         for name, error in value.items()
     ):
-        raise BadSetting(
+        raise core.BadSetting(
             'expected a JSON object from model name to error text, e.g. {"llama3.2": '
             f'"pull model manifest: 412: ..."}}, got {value!r}'
         )
@@ -143,42 +121,42 @@ def as_pull_errors(value: object) -> dict[str, str]:
 
 def as_text(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise BadSetting(f"expected a non-empty string, got {value!r}")
+        raise core.BadSetting(f"expected a non-empty string, got {value!r}")
     return value
 
 
 SCHEMA = (
-    Setting("models", [DEFAULT_MODEL], as_model_names, "models present (comma-separated)"),
-    Setting("pullable", "*", as_pullable, 'models /api/pull can fetch: "*" (any) or a list'),
-    Setting(
+    core.Setting("models", [DEFAULT_MODEL], as_model_names, "models present (comma-separated)"),
+    core.Setting("pullable", "*", as_pullable, 'models /api/pull can fetch: "*" (any) or a list'),
+    core.Setting(
         "pull_errors",
         {},
         as_pull_errors,
         "JSON object: model name -> the error Ollama gives when pulling it",
     ),
-    Setting("pull_seconds", 1.0, as_float(0), "how long pulling an absent model takes"),
-    Setting("latency", 0.0, as_float(0), "seconds each generate/chat call takes"),
-    Setting(
+    core.Setting("pull_seconds", 1.0, core.as_float(0), "how long pulling an absent model takes"),
+    core.Setting("latency", 0.0, core.as_float(0), "seconds each generate/chat call takes"),
+    core.Setting(
         "fail",
         None,
-        as_fail(("error", "timeout")),
+        core.as_fail(("error", "timeout")),
         'injected failure: "error" = 500 {"error": fail_message}, '
         '"timeout" = no answer for hang_seconds',
     ),
-    Setting(
+    core.Setting(
         "fail_generate_only",
         False,
-        as_bool,
+        core.as_bool,
         "the injected failure hits only /api/generate and /api/chat (tags etc. still work)",
     ),
-    Setting(
+    core.Setting(
         "fail_message",
         "llama runner process has terminated: exit status 2",
         as_text,
         'the error text of fail="error"',
     ),
-    Setting("hang_seconds", 600.0, as_float(0), 'how long fail="timeout" stays silent'),
-    Setting("ollama_version", "0.13.0", as_text, "the version /api/version reports"),
+    core.Setting("hang_seconds", 600.0, core.as_float(0), 'how long fail="timeout" stays silent'),
+    core.Setting("ollama_version", "0.13.0", as_text, "the version /api/version reports"),
 )
 
 
@@ -267,7 +245,7 @@ def save_state(path: Path, models: dict[str, str]) -> None:
     os.replace(temporary, path)
 
 
-class OllamaStore(Store):
+class OllamaStore(core.Store):
     """Settings plus when each present model was pulled; persisted to the state file."""
 
     def __init__(
@@ -337,7 +315,7 @@ class OllamaStore(Store):
         return models
 
 
-class OllamaHandler(StandinHandler):
+class OllamaHandler(core.StandinHandler):
     standin_name = NAME
     store: ClassVar[OllamaStore]
     routes: ClassVar[dict[str, dict[str, str]]] = {
@@ -581,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog=NAME,
         description="A stand-in for Ollama (not Ollama): its HTTP API with made-up, "
         "deterministic answers; settings change at runtime with "
-        f"POST {CONTROL_PATH}.",
+        f"POST {core.CONTROL_PATH}.",
     )
     parser.add_argument(
         "--state-file",
@@ -590,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="JSON file keeping the models present across restarts; when it exists it "
         "wins over --models (env STANDIN_STATE_FILE)",
     )
-    args, values = parse_command_line(parser, SCHEMA, DEFAULT_PORT, argv)
+    args, values = core.parse_command_line(parser, SCHEMA, DEFAULT_PORT, argv)
     modified: dict[str, str] = {}
     if args.state_file is not None:
         try:
@@ -600,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if saved is not None:
             values["models"], modified = list(saved), saved
     store = OllamaStore(values, args.state_file, modified)
-    serve(OllamaHandler, store, args.bind, args.port, "Ollama")
+    core.serve(OllamaHandler, store, args.bind, args.port, "Ollama")
 
 
 if __name__ == "__main__":

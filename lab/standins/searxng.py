@@ -34,31 +34,9 @@ from typing import Any, ClassVar
 from urllib.parse import SplitResult, parse_qs
 
 if __package__:
-    from .standin_core import (
-        CONTROL_PATH,
-        BadSetting,
-        Setting,
-        StandinHandler,
-        Store,
-        as_bool,
-        as_fail,
-        as_float,
-        parse_command_line,
-        serve,
-    )
-else:  # copied onto a host and run alone: standin_core.py lies beside it
-    from standin_core import (  # type: ignore[no-redef]
-        CONTROL_PATH,
-        BadSetting,
-        Setting,
-        StandinHandler,
-        Store,
-        as_bool,
-        as_fail,
-        as_float,
-        parse_command_line,
-        serve,
-    )
+    from . import standin_core as core
+else:  # copied onto a host: the files it imports lie beside it
+    import standin_core as core  # type: ignore[no-redef]
 
 
 NAME = "searxng-standin"
@@ -96,27 +74,27 @@ def as_result_count(value: object) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 50:
-        raise BadSetting(f"expected a whole number from 0 to 50, got {value!r}")
+        raise core.BadSetting(f"expected a whole number from 0 to 50, got {value!r}")
     return value
 
 
 SCHEMA = (
-    Setting("latency", 0.0, as_float(0), "seconds to wait before answering a search"),
-    Setting(
+    core.Setting("latency", 0.0, core.as_float(0), "seconds to wait before answering a search"),
+    core.Setting(
         "fail",
         None,
-        as_fail(("error", "timeout", "empty")),
+        core.as_fail(("error", "timeout", "empty")),
         'injected failure of /search: "error" = 500, "timeout" = no answer for hang_seconds, '
         '"empty" = no results and every engine unresponsive',
     ),
-    Setting("hang_seconds", 600.0, as_float(0), 'how long fail="timeout" stays silent'),
-    Setting(
+    core.Setting("hang_seconds", 600.0, core.as_float(0), 'how long fail="timeout" stays silent'),
+    core.Setting(
         "json_enabled",
         True,
-        as_bool,
+        core.as_bool,
         "whether json is in search.formats; false answers format=json with 403",
     ),
-    Setting("results", 5, as_result_count, "results per page (0-50)"),
+    core.Setting("results", 5, as_result_count, "results per page (0-50)"),
 )
 
 
@@ -186,7 +164,7 @@ SEARCH_FORM = (
 )
 
 
-class SearxngHandler(StandinHandler):
+class SearxngHandler(core.StandinHandler):
     standin_name = NAME
     routes: ClassVar[dict[str, dict[str, str]]] = {
         "/": {"GET": "index", "HEAD": "index"},
@@ -281,10 +259,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog=NAME,
         description="A stand-in for SearXNG (not SearXNG): GET /search?q=...&format=json "
         "answers deterministic made-up results; settings change at runtime with "
-        f"POST {CONTROL_PATH}.",
+        f"POST {core.CONTROL_PATH}.",
     )
-    args, values = parse_command_line(parser, SCHEMA, DEFAULT_PORT, argv)
-    serve(SearxngHandler, Store(NAME, SCHEMA, values), args.bind, args.port, "SearXNG")
+    args, values = core.parse_command_line(parser, SCHEMA, DEFAULT_PORT, argv)
+    core.serve(SearxngHandler, core.Store(NAME, SCHEMA, values), args.bind, args.port, "SearXNG")
 
 
 if __name__ == "__main__":

@@ -433,8 +433,8 @@ def test_unexpected_errors_answer_503_not_500(server: ServerThread, client: http
     async def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("something odd")
 
-    server.coordinator.list_workers = boom
-    server.coordinator.route = boom
+    server.coordinator.workers.list = boom
+    server.coordinator.tasks.route = boom
     for method, path, body in [("GET", "/workers", None),
                                ("POST", "/route", {"prompt": "p", "task_type": "rag"})]:
         resp = client.request(method, path, json=body)

@@ -1,0 +1,149 @@
+"""The SQL of the Coordinator's requests, by name, and the rows they answer.
+
+Every statement the tasks, workers and stats parts run is here, with a row type where its
+columns are read (psycopg's ``class_row``), so no caller reads a row by position. The
+guarded transitions of the task state machine are in ``statemachine`` (the Coordinator's)
+and ``coordinator_contract`` (the workers'); the Reaper keeps its own queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .schema import WORKER_ALIVE
+
+# -- tasks -------------------------------------------------------------------------------------
+
+#: The columns GET /task shows (tasks.task_json).
+PUBLIC_COLUMNS = (
+    "id, task_type, status, result, fallback, worker, worker_id, worker_host, error,"
+    " attempts, max_attempts, model, queue, requested_worker, created_at, started_at,"
+    " finished_at"
+)
+#: Tasks by id; concurrent reads share one (TaskReader).
+SELECT_TASKS = f"SELECT {PUBLIC_COLUMNS} FROM tasks WHERE id = ANY(%s)"
+#: Unfinished tasks by queue and status (indexed: tasks_active_idx).
+ACTIVE_BY_QUEUE = ("SELECT queue, status, count(*) FROM tasks"
+                   " WHERE status IN ('queued', 'running') GROUP BY queue, status")
+ACTIVE_BY_TYPE = ("SELECT task_type, status, count(*) FROM tasks"
+                  " WHERE status IN ('queued', 'running') GROUP BY 1, 2")
+
+
+# -- workers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoutedWorker:
+    """A worker as routing keeps it in memory (registry.KnownWorker)."""
+
+    worker_id: str
+    host: str
+    kind: str
+    device: str | None
+    queues: list[str]
+    models: list[str]
+    seconds_to_live: float  # 0 once it said goodbye
+
+
+#: Every worker (or one: WORKER_ROW), with the seconds it has left to live.
+WORKER_ROWS = (
+    "SELECT worker_id, host, kind, device, queues, models,"
+    " CASE WHEN stopped_at IS NULL THEN"
+    " extract(epoch FROM last_heartbeat + make_interval(secs => %(ttl)s)"
+    " - clock_timestamp())::float8 ELSE 0 END AS seconds_to_live FROM workers"
+)
+WORKER_ROW = WORKER_ROWS + " WHERE worker_id = %(worker_id)s"
+
+# Whether another live instance of the worker id started since this one (a duplicate).
+_DUPLICATE = (
+    " EXISTS (SELECT 1 FROM worker_instances o WHERE o.worker_id = %(worker_id)s"
+    " AND o.instance_id <> %(instance_id)s"
+    " AND o.last_heartbeat > clock_timestamp() - make_interval(secs => %(ttl)s)"
+    " AND (o.started_at >= i.started_at OR o.last_heartbeat > i.started_at))"
+)
+REGISTER_WORKER = (
+    "INSERT INTO workers (worker_id, host, kind, device, queues, models, version,"
+    " pid, instance_id) VALUES (%(worker_id)s, %(host)s, %(kind)s, %(device)s,"
+    " %(queues)s, %(models)s, %(version)s, %(pid)s, %(instance_id)s)"
+    " ON CONFLICT (worker_id) DO UPDATE SET host = EXCLUDED.host,"
+    " kind = EXCLUDED.kind, device = EXCLUDED.device, queues = EXCLUDED.queues,"
+    " models = EXCLUDED.models, version = EXCLUDED.version, pid = EXCLUDED.pid,"
+    " instance_id = EXCLUDED.instance_id, registered_at = clock_timestamp(),"
+    " last_heartbeat = clock_timestamp(), dead = false, stopped_at = NULL"
+)
+#: Answers ``duplicate``.
+REGISTER_INSTANCE = (
+    "WITH i AS (INSERT INTO worker_instances (instance_id, worker_id, host, pid)"
+    " VALUES (%(instance_id)s, %(worker_id)s, %(host)s, %(pid)s)"
+    " ON CONFLICT (instance_id) DO UPDATE SET worker_id = EXCLUDED.worker_id,"
+    " host = EXCLUDED.host, pid = EXCLUDED.pid, last_heartbeat = clock_timestamp()"
+    " RETURNING started_at) SELECT" + _DUPLICATE + " AS duplicate FROM i"
+)
+
+
+@dataclass(frozen=True)
+class Heartbeat(RoutedWorker):
+    duplicate: bool
+
+
+#: Answers a Heartbeat, or nothing for an unknown worker.
+HEARTBEAT = (
+    "WITH w AS (UPDATE workers SET last_heartbeat = clock_timestamp(), dead = false,"
+    " stopped_at = NULL,"
+    " in_flight = COALESCE(%(in_flight)s, in_flight),"
+    " db_write_failures = COALESCE(%(db_write_failures)s, db_write_failures),"
+    " last_error = %(last_error)s WHERE worker_id = %(worker_id)s"
+    " RETURNING worker_id, host, kind, device, queues, models),"
+    " i AS (INSERT INTO worker_instances (instance_id, worker_id, host, pid)"
+    " SELECT %(instance_id)s, worker_id, host, %(pid)s FROM w"
+    " ON CONFLICT (instance_id) DO UPDATE SET last_heartbeat = clock_timestamp(),"
+    " worker_id = EXCLUDED.worker_id,"
+    " pid = COALESCE(EXCLUDED.pid, worker_instances.pid) RETURNING started_at)"
+    " SELECT w.worker_id, w.host, w.kind, w.device, w.queues, w.models,"
+    " %(ttl)s::float8 AS seconds_to_live," + _DUPLICATE + " AS duplicate FROM w, i"
+)
+
+
+@dataclass(frozen=True)
+class Stopped:
+    host: str
+    kind: str
+
+
+#: The goodbye of one process; answers a Stopped when it was the worker's current one.
+DEREGISTER = (
+    "WITH gone AS (DELETE FROM worker_instances WHERE instance_id = %(instance_id)s"
+    " AND worker_id = %(worker_id)s)"
+    " UPDATE workers SET stopped_at = clock_timestamp(), in_flight = 0"
+    " WHERE worker_id = %(worker_id)s AND instance_id = %(instance_id)s"
+    " RETURNING host, kind"
+)
+WORKER_EXISTS = "SELECT 1 FROM workers WHERE worker_id = %(worker_id)s"
+
+#: GET /workers: every worker with its live instances (dict rows: the answer's fields).
+LIST_WORKERS = (
+    "SELECT w.worker_id, w.host, w.kind, w.device, w.queues, w.models, w.version,"
+    " w.pid, w.instance_id::text, w.registered_at, w.last_heartbeat,"
+    f" {WORKER_ALIVE} AS alive, w.stopped_at,"
+    " round(extract(epoch FROM clock_timestamp() - w.last_heartbeat)::numeric, 1)"
+    "::float8 AS seconds_since_heartbeat,"
+    " w.in_flight, w.db_write_failures, w.last_error, w.duplicate,"
+    " (SELECT coalesce(json_agg(json_build_object('instance_id', i.instance_id,"
+    "   'host', i.host, 'pid', i.pid, 'started_at', i.started_at,"
+    "   'last_heartbeat', i.last_heartbeat) ORDER BY i.started_at), '[]')"
+    "  FROM worker_instances i WHERE i.worker_id = w.worker_id AND"
+    "  i.last_heartbeat > clock_timestamp() - make_interval(secs => %(ttl)s))"
+    " AS live_instances"
+    " FROM workers w ORDER BY w.worker_id"
+)
+#: Every queue a worker listens on.
+WORKER_QUEUES = "SELECT DISTINCT unnest(queues) FROM workers"
+#: Per kind: alive workers, duplicated ones.
+WORKERS_BY_KIND = (f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
+                   " count(*) FILTER (WHERE duplicate) FROM workers GROUP BY kind")
+
+
+def iso(value: datetime | None) -> str | None:
+    """A timestamp column as the API shows it."""
+    return value.isoformat() if value is not None else None

@@ -1,0 +1,145 @@
+"""Stats: GET /queues, /health and /metrics, read from PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import psycopg_pool
+import redis.asyncio as aioredis
+from coordinator_contract import SHARED_QUEUES
+
+from . import __version__
+from . import queries as q
+from . import statemachine as sm
+from .config import Config
+from .errors import first_line
+from .metrics import Metrics
+
+log = logging.getLogger("coordinator")
+
+
+@dataclass
+class _Cache:
+    at: float = 0.0
+    value: Any = None
+
+
+class Stats:
+    def __init__(self, cfg: Config, pool: psycopg_pool.AsyncConnectionPool,
+                 redis: aioredis.Redis, metrics: Metrics) -> None:
+        self.cfg = cfg
+        self.pool = pool
+        self.redis = redis
+        self.metrics = metrics
+        self._stats = _Cache()
+
+    async def _active_counts(self, conn: psycopg.AsyncConnection
+                             ) -> tuple[dict[str, int], dict[str, int], int]:
+        cur = await conn.execute(q.ACTIVE_BY_QUEUE)
+        queued: dict[str, int] = {}
+        running: dict[str, int] = {}
+        waiting = 0
+        for queue, status, count in await cur.fetchall():
+            if queue is None:
+                waiting += count if status == sm.QUEUED else 0
+                continue
+            (queued if status == sm.QUEUED else running)[queue] = count
+        return queued, running, waiting
+
+    async def _queue_names(self, conn: psycopg.AsyncConnection, extra: set[str]) -> list[str]:
+        cur = await conn.execute(q.WORKER_QUEUES)
+        names = {r[0] for r in await cur.fetchall()} | set(SHARED_QUEUES) | extra
+        return sorted(names)
+
+    async def queues(self) -> dict[str, Any]:
+        async with self.pool.connection() as conn:
+            queued, running, waiting = await self._active_counts(conn)
+            names = await self._queue_names(conn, set(queued) | set(running))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.llen(name)
+            depths = await pipe.execute()
+        return {
+            "queues": [{"queue": name, "depth": depth, "in_flight": running.get(name, 0),
+                        "queued": queued.get(name, 0)} for name, depth in zip(names, depths,
+                                                                             strict=True)],
+            "waiting": waiting,
+        }
+
+    # -- health and metrics ---------------------------------------------------------------
+    async def check_postgres(self) -> str | None:
+        try:
+            async with asyncio.timeout(3):
+                async with self.pool.connection(timeout=3) as conn:
+                    await conn.execute("SELECT 1")
+            return None
+        except Exception as exc:
+            return f"PostgreSQL at {self.cfg.pg_address} did not answer: {first_line(exc)}"
+
+    async def check_redis(self) -> str | None:
+        try:
+            async with asyncio.timeout(3):
+                await self.redis.ping()
+            return None
+        except Exception as exc:
+            return f"Redis at {self.cfg.redis_address} did not answer: {first_line(exc)}"
+
+    async def health(self) -> tuple[bool, dict[str, Any]]:
+        pg_error, redis_error = await asyncio.gather(self.check_postgres(), self.check_redis())
+        self.metrics.backend_up.labels("postgresql").set(0 if pg_error else 1)
+        self.metrics.backend_up.labels("redis").set(0 if redis_error else 1)
+        body: dict[str, Any] = {
+            "postgresql": "ok" if pg_error is None else "failed",
+            "redis": "ok" if redis_error is None else "failed",
+            "version": __version__,
+        }
+        errors = [e for e in (pg_error, redis_error) if e]
+        if errors:
+            body["error"] = "; ".join(errors)
+        return not errors, body
+
+    async def render_metrics(self) -> bytes:
+        m = self.metrics
+        now = time.monotonic()
+        names: list[str] = []
+        running: dict[str, int] = {}
+        try:
+            if now - self._stats.at > 2.0 or self._stats.value is None:
+                async with asyncio.timeout(5):
+                    async with self.pool.connection(timeout=3) as conn:
+                        # Unfinished tasks only: they are indexed, so this stays cheap however
+                        # many finished tasks the table holds (those are counted from
+                        # task_events in coordinator_tasks_finished_total).
+                        cur = await conn.execute(q.ACTIVE_BY_TYPE)
+                        counts = await cur.fetchall()
+                        queued, running, waiting = await self._active_counts(conn)
+                        cur = await conn.execute(q.WORKERS_BY_KIND,
+                                                 {"ttl": self.cfg.heartbeat_ttl})
+                        kinds = await cur.fetchall()
+                        names = await self._queue_names(conn, set(queued) | set(running))
+                self._stats = _Cache(now, (counts, running, waiting, kinds, names))
+            counts, running, waiting, kinds, names = self._stats.value
+            m.set_task_counts(counts, waiting)
+            m.set_workers({k: alive for k, alive, _ in kinds}, sum(d for _, _, d in kinds))
+            m.backend_up.labels("postgresql").set(1)
+        except Exception as exc:
+            m.backend_up.labels("postgresql").set(0)
+            log.warning("metrics: PostgreSQL did not answer: %s", first_line(exc))
+        if names:
+            try:
+                async with asyncio.timeout(3):
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        for name in names:
+                            pipe.llen(name)
+                        depths = await pipe.execute()
+                m.set_queues(dict(zip(names, depths, strict=True)), running)
+                m.backend_up.labels("redis").set(1)
+            except Exception as exc:
+                m.backend_up.labels("redis").set(0)
+                log.warning("metrics: Redis did not answer: %s", first_line(exc))
+        return m.render()

@@ -1,0 +1,169 @@
+"""Workers: registration, heartbeats, goodbyes, GET /workers, and the in-memory registry
+routing reads (refreshed on every Reaper tick, updated at once by what this instance hears).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg_pool
+import redis.asyncio as aioredis
+from psycopg.rows import class_row, dict_row
+from redis.exceptions import RedisError
+
+from . import queries as q
+from .config import Config
+from .errors import first_line
+from .metrics import Metrics
+from .reaper import dispatch_waiting, load_by_queue, push, pushes_of
+from .registry import KnownWorker, Registry
+from .routing import RequestError, inference_queue_of
+
+if TYPE_CHECKING:
+    from .reaper import Reaper
+
+log = logging.getLogger("coordinator")
+
+
+def known_worker(row: q.RoutedWorker, now: float) -> KnownWorker:
+    queue = (inference_queue_of(row.worker_id, row.device, row.queues or ())
+             if row.kind == "inference" else None)
+    return KnownWorker(row.worker_id, row.host, row.kind, queue, tuple(row.models or ()),
+                       now + (row.seconds_to_live or 0.0))
+
+
+class Workers:
+    def __init__(self, cfg: Config, pool: psycopg_pool.AsyncConnectionPool,
+                 redis: aioredis.Redis, registry: Registry, metrics: Metrics) -> None:
+        self.cfg = cfg
+        self.pool = pool
+        self.redis = redis
+        self.registry = registry
+        self.metrics = metrics
+        self.reaper: Reaper | None = None  # kicked when a worker comes back or goes
+
+    async def refresh_registry(self) -> None:
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=class_row(q.RoutedWorker))
+            await cur.execute(q.WORKER_ROWS, {"ttl": self.cfg.heartbeat_ttl})
+            now = time.monotonic()
+            workers = [known_worker(r, now) for r in await cur.fetchall()]
+            load = await load_by_queue(conn, [w.queue for w in workers if w.queue])
+        self.registry.replace(workers, load)
+
+    async def lookup(self, worker_id: str) -> KnownWorker | None:
+        """One worker from PostgreSQL (it may have registered at another instance)."""
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=class_row(q.RoutedWorker))
+            await cur.execute(q.WORKER_ROW, {"ttl": self.cfg.heartbeat_ttl,
+                                             "worker_id": worker_id})
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        worker = known_worker(row, time.monotonic())
+        self.registry.put(worker)
+        return worker
+
+    async def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        cfg = self.cfg
+        worker_id, kind = body["worker_id"], body["kind"]
+        queues = list(body.get("queues") or [])
+        queue = None
+        if kind == "inference":
+            queue = inference_queue_of(worker_id, body.get("device"), queues)
+            if queue is None:
+                raise RequestError(422, "an inference worker must send 'device' (its queue is "
+                                        "tasks:<device>:<worker_id>) or its queue in 'queues'")
+            if queue not in queues:
+                queues.append(queue)
+        params = {
+            "worker_id": worker_id, "host": body["host"], "kind": kind,
+            "device": body.get("device"), "queues": queues,
+            "models": list(body.get("models") or []), "version": body.get("version"),
+            "pid": body.get("pid"), "instance_id": body["instance_id"], "ttl": cfg.heartbeat_ttl,
+        }
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(q.REGISTER_WORKER, params)
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(q.REGISTER_INSTANCE, params)
+            duplicate = (await cur.fetchone())["duplicate"]
+            dispatched = (await dispatch_waiting(conn, cfg.heartbeat_ttl)
+                          if kind == "inference" else [])
+        self.registry.put(KnownWorker(worker_id, body["host"], kind, queue,
+                                      tuple(params["models"]),
+                                      time.monotonic() + cfg.heartbeat_ttl))
+        log.info("registered %s worker '%s' on host '%s' (pid %s, version %s, queues %s)",
+                 kind, worker_id, body["host"], body.get("pid"), body.get("version"),
+                 ", ".join(queues) or "-")
+        if duplicate:
+            log.warning("worker '%s' registered from host '%s' pid %s while another live "
+                        "process uses the same worker id", worker_id, body["host"],
+                        body.get("pid"))
+        if dispatched:
+            pushes = pushes_of(dispatched)
+            for queue_name, ids in pushes.items():
+                self.registry.dispatched(queue_name, len(ids))
+                log.info("dispatched %d waiting task(s) to %s", len(ids), queue_name)
+            self.metrics.dispatched_waiting.inc(len(dispatched))
+            try:
+                await push(self.redis, pushes)
+            except (RedisError, OSError) as exc:
+                log.warning("could not push dispatched tasks (%s): the Reaper pushes them "
+                            "again", first_line(exc))
+        return {"heartbeat_interval": cfg.heartbeat_interval,
+                "heartbeat_ttl": cfg.heartbeat_ttl, "duplicate": duplicate, "queues": queues,
+                "dispatched": len(dispatched)}
+
+    async def heartbeat(self, worker_id: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        params = {
+            "worker_id": worker_id, "instance_id": body["instance_id"], "pid": body.get("pid"),
+            "in_flight": body.get("in_flight"),
+            "db_write_failures": body.get("db_write_failures"),
+            "last_error": body.get("last_error"), "ttl": self.cfg.heartbeat_ttl,
+        }
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=class_row(q.Heartbeat))
+            await cur.execute(q.HEARTBEAT, params)
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        before = self.registry.get(worker_id)
+        self.registry.put(known_worker(row, time.monotonic()))
+        if before is not None and not before.alive() and self.reaper is not None:
+            self.reaper.kick()  # back from the dead: dispatch what waits for it now
+        return {"duplicate": row.duplicate}
+
+    async def deregister(self, worker_id: str, instance_id: str) -> dict[str, Any] | None:
+        """The goodbye of a stopping worker process: its instance is gone, and the worker is
+        stopped unless another process of it registered since. None for an unknown worker."""
+        params = {"worker_id": worker_id, "instance_id": instance_id}
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=class_row(q.Stopped))
+            await cur.execute(q.DEREGISTER, params)
+            stopped = await cur.fetchone()
+            if stopped is None:
+                exists = await conn.execute(q.WORKER_EXISTS, params)
+                if await exists.fetchone() is None:
+                    return None
+        if stopped is not None:
+            known = self.registry.get(worker_id)
+            if known is not None:
+                self.registry.put(dataclasses.replace(known, expires=time.monotonic()))
+            log.info("%s worker '%s' on host '%s' stopped (deregistered)", stopped.kind,
+                     worker_id, stopped.host)
+            if self.reaper is not None:
+                self.reaper.kick()  # its waiting tasks go to another worker now
+        return {"stopped": stopped is not None}
+
+    async def list(self) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(q.LIST_WORKERS, {"ttl": self.cfg.heartbeat_ttl})
+            rows = await cur.fetchall()
+        for row in rows:
+            for column in ("registered_at", "last_heartbeat", "stopped_at"):
+                row[column] = q.iso(row[column])
+        return rows
