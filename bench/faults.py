@@ -42,13 +42,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench.faults_cluster import (  # noqa: E402
     MODEL,
-    Coordinator,
-    Process,
-    Standin,
     WorkerSlot,
-    wait_until,
+    coordinator,
+    standin,
 )
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis  # noqa: E402
+from lab.processes import Process, Standin  # noqa: E402
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, wait_until  # noqa: E402
 
 INFERENCE_TYPES = ("generate", "chat", "summarize")
 FAULTS = ("kill", "duplicate", "redis", "postgres", "ollama", "searxng")
@@ -159,10 +158,10 @@ class Run:
         self.kills: list[Kill] = []
         self.timers: list[threading.Timer] = []  # the ends of the stand-in outages
         self.report = Report()
-        self.searxng = Standin("lab.standins.searxng", logdir, latency=0.05)
-        self.ollama = Standin("lab.standins.ollama", logdir, latency=0.15, models=[MODEL],
+        self.searxng = standin("lab.standins.searxng", logdir, latency=0.05)
+        self.ollama = standin("lab.standins.ollama", logdir, latency=0.15, models=[MODEL],
                               fail_generate_only=True)
-        self.coordinator = Coordinator(pg, rds, logdir, opts.ttl, web_deadline=4 * opts.ttl)
+        self.coordinator = coordinator(pg, rds, logdir, opts.ttl, web_deadline=4 * opts.ttl)
         pg.psql(AUDIT_SQL)
         self.slots = [self.slot(f"infer-{i}", "worker_infer.py")
                       for i in range(1, opts.infer_workers + 1)]

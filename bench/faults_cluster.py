@@ -7,10 +7,8 @@ the checker can tell which process wrote which line.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -18,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port, wait_until
+from lab.processes import CoordinatorProcess, Process, Standin
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "files"
@@ -28,75 +25,17 @@ PYTHON = sys.executable
 MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 
 
-class Process:
-    """One subprocess with stdout and stderr in a file."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, cwd: Path) -> None:
-        self.log_path = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=out,
-                                         stderr=subprocess.STDOUT)
-        self.pid = self.proc.pid
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+def standin(module: str, logdir: Path, **settings: Any) -> Standin:
+    """A stand-in on a free port with ``settings`` applied."""
+    started = Standin(module, logdir / f"{module.rsplit('.', 1)[-1]}.log").start()
+    started.config(**settings)
+    return started
 
 
-class Standin:
-    def __init__(self, module: str, logdir: Path, **settings: Any) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        name = module.rsplit(".", 1)[-1]
-        self.process = Process(
-            [PYTHON, "-m", module, "--bind", "127.0.0.1", "--port", str(self.port)],
-            dict(os.environ), logdir / f"{name}.log", ROOT)
-        wait_until(self._up, 20, f"the {name} stand-in")
-        self.config(**settings)
-
-    def _up(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/_standin/config", timeout=1).ok
-        except requests.RequestException:
-            return False
-
-    def config(self, **settings: Any) -> dict[str, Any]:
-        response = requests.post(f"{self.url}/_standin/config", json=settings, timeout=5)
-        response.raise_for_status()
-        return response.json()
-
-
-class Coordinator:
-    def __init__(self, pg: ThrowawayPostgres, rds: ThrowawayRedis, logdir: Path,
-                 ttl: float, web_deadline: float) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PG_DSN=pg.dsn, REDIS_HOST="127.0.0.1", REDIS_PORT=str(rds.port),
-                   REDIS_PASSWORD=rds.password, COORDINATOR_PORT=str(self.port),
-                   COORDINATOR_HEARTBEAT_TTL=f"{ttl:g}",
-                   COORDINATOR_WEB_TASK_DEADLINE=f"{web_deadline:g}")
-        self.process = Process([PYTHON, "-m", "coordinator"], env, logdir / "coordinator.log",
-                               FILES)
-        wait_until(self._healthy, 60, "the Coordinator")
-
-    def _healthy(self) -> bool:
-        if not self.process.alive():
-            raise RuntimeError(f"the Coordinator exited:\n{self.process.output()}")
-        try:
-            return requests.get(f"{self.url}/health", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
+def coordinator(pg: ThrowawayPostgres, rds: ThrowawayRedis, logdir: Path, ttl: float,
+                web_deadline: float) -> CoordinatorProcess:
+    return CoordinatorProcess(pg.dsn, rds, logdir / "coordinator.log", heartbeat_ttl=f"{ttl:g}",
+                              web_task_deadline=f"{web_deadline:g}")
 
 
 @dataclass

@@ -20,7 +20,7 @@ def guarded(pg: ThrowawayPostgres, redis_server: ThrowawayRedis,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     coord = Coordinator(pg, redis_server, tmp_path_factory.mktemp("fuzz"), token=TOKEN)
     yield coord
-    coord.service.stop()
+    coord.stop()
 
 
 @pytest.fixture

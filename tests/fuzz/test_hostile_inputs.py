@@ -25,12 +25,12 @@ def test_ten_megabyte_prompts_get_413_without_growing_memory(guarded: Coordinato
                                                              client: httpx.Client) -> None:
     huge = "x" * (10 * 1024 * 1024)
     route(client, "warm-up")
-    before = rss_mb(guarded.service.pid)
+    before = rss_mb(guarded.process.pid)
     for _ in range(8):
         response = route(client, huge)
         assert response.status_code == 413
         assert "bytes or more, over the limit of" in assert_useful_error(response)
-    grown = rss_mb(guarded.service.pid) - before
+    grown = rss_mb(guarded.process.pid) - before
     # Refused from Content-Length before reading: 8 x 10 MB must not stay resident.
     assert grown < 50, f"RSS grew {grown:.0f} MB over eight 10 MB requests"
     assert client.get("/health").status_code == 200
@@ -78,7 +78,7 @@ def test_thousands_of_concurrent_long_polls(guarded: Coordinator,
                                             client: httpx.Client) -> None:
     # A web task no worker takes (none runs here): every poll waits its full time.
     task_id = route(client, "nobody takes this").json()["task_id"]
-    before = rss_mb(guarded.service.pid)
+    before = rss_mb(guarded.process.pid)
 
     def health() -> int:
         # Its own connection from another thread: the flood's event loop is busy.
@@ -103,7 +103,7 @@ def test_thousands_of_concurrent_long_polls(guarded: Coordinator,
     codes, answers = asyncio.run(flood())
     assert answers == [200, 200, 200]
     assert codes.count(200) == 2000, {c: codes.count(c) for c in set(codes)}
-    grown = rss_mb(guarded.service.pid) - before
+    grown = rss_mb(guarded.process.pid) - before
     assert grown < 100, f"RSS grew {grown:.0f} MB for 2000 long-polls"
     assert client.get("/health").status_code == 200
 

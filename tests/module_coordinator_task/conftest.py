@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from lab.processes import CoordinatorProcess
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
 from .coordinator_task_harness import (
     ProbeRun,
-    RunningCoordinator,
     SqlWorker,
     TasksDb,
     finish_probe,
@@ -61,7 +61,7 @@ def coordinator(
     tasks_db: TasksDb,
     probe_redis: ThrowawayRedis,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[RunningCoordinator]:
+) -> Iterator[CoordinatorProcess]:
     """The real Coordinator (``python -m coordinator``), with a token, on a free port."""
     running = start_coordinator(tasks_db, probe_redis, tmp_path_factory.mktemp("coordinator"))
     try:

@@ -19,15 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.error import URLError
-from urllib.request import urlopen
 
 import coordinator_contract as contract
 import psycopg
 import pytest
 
 from coordinator.schema import ensure_schema
-from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis, free_port
+from lab.processes import CoordinatorProcess
+from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -219,53 +218,8 @@ def unique_prompt(label: str) -> str:
     return f"What is the weather in Tokyo today? ({label} {uuid.uuid4()})"
 
 
-@dataclass
-class RunningCoordinator:
-    url: str
-    token: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-
-
 def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path,
-                      port: int | None = None, token: str | None = None) -> RunningCoordinator:
-    """``python -m coordinator`` from files/, as its service runs it; ready once /health is 200."""
-    port = port or free_port()
-    token = token or secrets.token_urlsafe(24)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-    env.update({
-        "PG_DSN": db.dsn,
-        "REDIS_HOST": "127.0.0.1",
-        "REDIS_PORT": str(redis.port),
-        "REDIS_PASSWORD": redis.password,
-        "COORDINATOR_PORT": str(port),
-        "COORDINATOR_TOKEN": token,
-    })
-    log = workdir / "coordinator.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [PYTHON, "-m", "coordinator"], cwd=REPO / "files", env=env,
-            stdout=out, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the Coordinator exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            with urlopen(url + "/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return RunningCoordinator(url, token, proc, log)
-        except (URLError, OSError):
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"the Coordinator did not answer /health within 60s:\n{log.read_text()}")
+                      port: int | None = None, token: str | None = None) -> CoordinatorProcess:
+    """The real Coordinator with a token (a fresh one unless given), on ``port`` or a free one."""
+    return CoordinatorProcess(db.dsn, redis, workdir / "coordinator.log", port=port,
+                              token=token or secrets.token_urlsafe(24))

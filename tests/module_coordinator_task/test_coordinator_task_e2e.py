@@ -8,24 +8,16 @@ playing the worker with SQL alone.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from urllib.error import URLError
-from urllib.request import Request, urlopen
 
 import pytest
 
-from lab.throwaway import ThrowawayRedis, free_port, ship_worker_programs
+from lab.processes import CoordinatorProcess, Process, Standin
+from lab.throwaway import ThrowawayRedis, ship_worker_programs
 
 from .coordinator_task_harness import (
     PYTHON,
-    REPO,
-    RunningCoordinator,
     TasksDb,
     pg_args,
     unique_prompt,
@@ -38,82 +30,17 @@ WORKER_ID = "web-worker-e2e"
 WORKER_HOST = "macbookair"
 
 
-@dataclass
-class Process:
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-
-
-def start(args: list[str], env: dict[str, str], cwd: Path, log: Path) -> Process:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-    return Process(proc, log)
-
-
-def wait_for(process: Process, ready: str, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if ready in process.output():
-            return
-        if process.proc.poll() is not None:
-            pytest.fail(f"{what} exited with {process.proc.returncode}:\n{process.output()}")
-        time.sleep(0.1)
-    pytest.fail(f"{what} did not log {ready!r} within 60s:\n{process.output()}")
-
-
-@dataclass
-class Standin:
-    url: str
-    process: Process
-
-    def config(self, **settings: object) -> None:
-        request = Request(f"{self.url}/_standin/config", data=json.dumps(settings).encode(),
-                          headers={"Content-Type": "application/json"}, method="POST")
-        with urlopen(request, timeout=5) as answer:
-            assert answer.status == 200
-
-
-def start_standin(name: str, workdir: Path) -> Standin:
-    port = free_port()
-    process = start(
-        [PYTHON, "-m", f"lab.standins.{name}", "--bind", "127.0.0.1", "--port", str(port)],
-        dict(os.environ), REPO, workdir / f"{name}.log",
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urlopen(f"{url}/_standin/config", timeout=1):
-                return Standin(url, process)
-        except (URLError, OSError):
-            if process.proc.poll() is not None:
-                pytest.fail(f"the {name} stand-in exited:\n{process.output()}")
-            time.sleep(0.1)
-    process.stop()
-    pytest.fail(f"the {name} stand-in did not answer within 30s:\n{process.output()}")
-
-
 @pytest.fixture(scope="module")
 def ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    standin = start_standin("ollama", tmp_path_factory.mktemp("ollama"))
+    standin = Standin("lab.standins.ollama",
+                      tmp_path_factory.mktemp("ollama") / "ollama.log").start()
     yield standin
-    standin.process.stop()
+    standin.stop()
 
 
 @pytest.fixture(scope="module")
 def web_worker(
-    coordinator: RunningCoordinator,
+    coordinator: CoordinatorProcess,
     tasks_db: TasksDb,
     probe_redis: ThrowawayRedis,
     ollama: Standin,
@@ -122,7 +49,7 @@ def web_worker(
     """worker_web.py in a folder with what the worker role ships beside it, with the post's
     env."""
     workdir = tmp_path_factory.mktemp("web-worker")
-    searxng = start_standin("searxng", workdir)
+    searxng = Standin("lab.standins.searxng", workdir / "searxng.log").start()
     ship_worker_programs(workdir)
     env = {
         "PATH": os.environ["PATH"],
@@ -138,16 +65,16 @@ def web_worker(
         "WORKER_ID": WORKER_ID,
         "WORKER_HOST": WORKER_HOST,
     }
-    worker = start([PYTHON, "worker_web.py"], env, workdir, workdir / "worker_web.log")
+    worker = Process([PYTHON, "worker_web.py"], env, workdir / "worker_web.log", workdir)
     try:
-        wait_for(worker, "Waiting on queues", "worker_web.py")
+        worker.wait_for("Waiting on queues", timeout=60)
         yield worker
     finally:
-        worker.stop()
-        searxng.process.stop()
+        worker.stop(grace=30)
+        searxng.stop()
 
 
-def probe_args(coordinator: RunningCoordinator, db: TasksDb, **changes: object) -> dict:
+def probe_args(coordinator: CoordinatorProcess, db: TasksDb, **changes: object) -> dict:
     return {
         "coordinator_url": coordinator.url,
         "coordinator_token": coordinator.token,

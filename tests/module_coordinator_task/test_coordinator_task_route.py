@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.routing import RequestError, parse_route_request
+from lab.processes import CoordinatorProcess
 from lab.throwaway import free_port
 
 from .coordinator_task_harness import (
     ProbeRun,
-    RunningCoordinator,
     SqlWorker,
     TasksDb,
     finish_probe,
@@ -33,7 +33,7 @@ FAST = {"poll_interval": 0.2}
 
 
 def probe_args(
-    coordinator: RunningCoordinator, db: TasksDb, prompt: str, **changes: object
+    coordinator: CoordinatorProcess, db: TasksDb, prompt: str, **changes: object
 ) -> dict[str, object]:
     args: dict[str, object] = {
         "coordinator_url": coordinator.url,

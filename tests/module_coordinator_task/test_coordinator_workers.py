@@ -18,10 +18,11 @@ import pytest
 import requests
 import yaml
 
+from lab.processes import CoordinatorProcess
 from lab.throwaway import wait_until
 
 from ..library_kit import load_module, module_doc
-from .coordinator_task_harness import RunningCoordinator, finish_probe, start_probe
+from .coordinator_task_harness import finish_probe, start_probe
 
 SLOW, FAST = "10.0.7.42", "10.0.7.43"
 HOSTS = {SLOW: "lab-worker-slow", FAST: "lab-worker-fast"}
@@ -30,7 +31,7 @@ HOSTS = {SLOW: "lab-worker-slow", FAST: "lab-worker-fast"}
 class Registration:
     """A web worker as the registry sees it: registered, heartbeating until stopped."""
 
-    def __init__(self, coordinator: RunningCoordinator, host: str, pid: int) -> None:
+    def __init__(self, coordinator: CoordinatorProcess, host: str, pid: int) -> None:
         self.url = coordinator.url
         self.headers = {"Authorization": f"Bearer {coordinator.token}"}
         self.worker_id = f"web-worker-test-{uuid.uuid4().hex[:8]}"
@@ -63,7 +64,7 @@ class Registration:
 
 
 @pytest.fixture
-def registrations(coordinator: RunningCoordinator) -> Iterator[list[Registration]]:
+def registrations(coordinator: CoordinatorProcess) -> Iterator[list[Registration]]:
     # Another test of this session restarts PostgreSQL: start once the Coordinator is healthy.
     wait_until(lambda: requests.get(f"{coordinator.url}/health", timeout=5).status_code == 200,
                30, "GET /health 200")
@@ -74,7 +75,7 @@ def registrations(coordinator: RunningCoordinator) -> Iterator[list[Registration
             registration.deregister()
 
 
-def witness(tmp_path: Path, coordinator: RunningCoordinator, **args: object):
+def witness(tmp_path: Path, coordinator: CoordinatorProcess, **args: object):
     return finish_probe(start_probe(tmp_path, {
         "coordinator_url": coordinator.url, "coordinator_token": coordinator.token,
         "kind": "web", "hosts": HOSTS, **args}, module="coordinator_workers"))

@@ -8,27 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lab.processes import Standin
+from lab.throwaway import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 ROLE = REPO / "roles" / "ollama"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -37,70 +30,18 @@ def closed_url() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
-@dataclass
-class Standin:
-    url: str
-    process: subprocess.Popen[bytes]
-
-    def config(self, **changes: Any) -> dict[str, Any]:
-        """Read (no arguments) or change the stand-in's settings."""
-        data = json.dumps(changes).encode() if changes else None
-        request = urllib.request.Request(
-            self.url + "/_standin/config",
-            data=data,
-            method="POST" if changes else "GET",
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-
-    def tags(self) -> list[str]:
-        with urllib.request.urlopen(self.url + "/api/tags", timeout=10) as response:
-            return sorted(entry["name"] for entry in json.loads(response.read())["models"])
+def model_names(standin: Standin) -> list[str]:
+    """The models the stand-in has, sorted, as ``ollama list`` shows them."""
+    return sorted(entry["name"] for entry in standin.get("/api/tags")["models"])
 
 
 @pytest.fixture
 def standin(tmp_path: Path) -> Iterator[Standin]:
     """A fresh stand-in with one model present; pulls take no time."""
-    port = free_port()
-    log = (tmp_path / "standin.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lab.standins.ollama",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--pull-seconds",
-            "0",
-            "--models",
-            "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M",
-        ],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    server = Standin(f"http://127.0.0.1:{port}", process)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                server.config()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "the Ollama stand-in did not start: "
-                        + (tmp_path / "standin.log").read_text()
-                    ) from None
-                time.sleep(0.1)
-        yield server
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+    server = Standin("lab.standins.ollama", tmp_path / "standin.log", "--pull-seconds", "0",
+                     "--models", "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M").start()
+    yield server
+    server.stop()
 
 
 def ansible_env(workdir: Path) -> dict[str, str]:

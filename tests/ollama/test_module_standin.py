@@ -11,6 +11,8 @@ import pytest
 
 from lab.standins.ollama import NO_MANIFEST, layers_for
 
+from .conftest import model_names
+
 HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 
 
@@ -27,7 +29,7 @@ def test_pull_missing_model_then_nothing_to_do(standin, run_module):
     }
     assert first["msg"] == f"pulled llama3.2:3b ({expected_bytes} bytes)"
     assert first["model"]["name"] == "llama3.2:3b"
-    assert standin.tags() == sorted([HF, "llama3.2:3b"])
+    assert model_names(standin) == sorted([HF, "llama3.2:3b"])
 
     second = run_module({"name": "llama3.2:3b", "host": standin.url})
     assert second["changed"] is False
@@ -39,7 +41,7 @@ def test_pull_missing_model_then_nothing_to_do(standin, run_module):
 
 def test_implicit_latest_tag_matches(standin, run_module):
     assert run_module({"name": "tinyllama", "host": standin.url})["changed"] is True
-    assert standin.tags() == sorted([HF, "tinyllama:latest"])
+    assert model_names(standin) == sorted([HF, "tinyllama:latest"])
     again = run_module({"name": "tinyllama:latest", "host": standin.url})
     assert again["changed"] is False
     assert again["model"]["name"] == "tinyllama:latest"
@@ -52,13 +54,13 @@ def test_present_model_in_another_spelling_is_not_pulled(standin, run_module):
 
 
 def test_check_mode_reports_the_pull_without_pulling(standin, run_module):
-    before = standin.tags()
+    before = model_names(standin)
     result = run_module({"name": "llama3.2:3b", "host": standin.url}, check=True)
     assert result["changed"] is True
     assert result["operation"] == "pull"
     assert result["msg"] == "would pull llama3.2:3b (check mode)"
     assert result["model"] is None
-    assert standin.tags() == before
+    assert model_names(standin) == before
     assert "/api/pull" not in standin.config()["requests"]
 
 
@@ -68,7 +70,7 @@ def test_pull_error_in_the_stream_fails_with_ollamas_message(standin, run_module
     result = run_module({"name": "mlx-only:1b", "host": standin.url})
     assert result["failed"] is True
     assert result["msg"] == f"Ollama could not pull mlx-only:1b: {message}"
-    assert standin.tags() == [HF]
+    assert model_names(standin) == [HF]
 
 
 def test_unknown_model_fails_with_ollamas_message(standin, run_module):
@@ -158,13 +160,13 @@ def test_absent_deletes_then_nothing_to_do(standin, run_module):
     checked = run_module({"name": HF, "state": "absent", "host": standin.url}, check=True)
     assert checked["changed"] is True
     assert checked["msg"] == f"would delete {HF} (check mode)"
-    assert standin.tags() == [HF]
+    assert model_names(standin) == [HF]
 
     deleted = run_module({"name": HF.lower(), "state": "absent", "host": standin.url})
     assert deleted["changed"] is True
     assert deleted["operation"] == "delete"
     assert deleted["model"] is None
-    assert standin.tags() == []
+    assert model_names(standin) == []
 
     again = run_module({"name": HF, "state": "absent", "host": standin.url})
     assert again["changed"] is False

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import model_names
+
 DOUBLES = Path(__file__).resolve().parents[1] / "doubles"
 HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 UID = 501
@@ -83,7 +85,7 @@ def test_launchd_agent_lifecycle(mac):
     assert json.loads(state.read_text())["loaded"] == ["com.ollama.serve"]
     agent = plistlib.loads(plist.read_bytes())
     assert agent["EnvironmentVariables"]["OLLAMA_HOST"] == standin.url.removeprefix("http://")
-    assert standin.tags() == sorted([HF, "llama3.2:3b"])
+    assert model_names(standin) == sorted([HF, "llama3.2:3b"])
 
     second = converge()
     assert second["calls"] == []

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import model_names
+
 HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 DEBIAN = {
     "os_family": "Debian",
@@ -43,7 +45,7 @@ def test_models_are_pulled_once_through_the_role(standin, run_playbook):
     assert rc == 0, output
     pulls = results[-1]["results"]
     assert [(r["item"], r["changed"]) for r in pulls] == [(HF, False), ("llama3.2:3b", True)]
-    assert standin.tags() == sorted([HF, "llama3.2:3b"])
+    assert model_names(standin) == sorted([HF, "llama3.2:3b"])
 
     rc, results, output = run_playbook(role_play("models.yml"), settings)
     assert rc == 0, output

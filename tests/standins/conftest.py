@@ -1,14 +1,15 @@
-"""Fixtures starting the stand-ins as real subprocesses (see standin_process.py)."""
+"""Fixtures starting the stand-ins as real subprocesses on free loopback ports."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from .standin_process import REPO, Standin, clean_env
+from lab.processes import REPO, Standin
+
+STANDINS = REPO / "lab" / "standins"
 
 
 @pytest.fixture
@@ -17,9 +18,8 @@ def launch(tmp_path: Path) -> Iterator:
     started: list[Standin] = []
 
     def start(module: str, *args: str, env: dict[str, str] | None = None) -> Standin:
-        command = [sys.executable, "-m", f"lab.standins.{module}", *args]
         log = tmp_path / f"{module}-{len(started)}.log"
-        standin = Standin(command, clean_env(env), REPO, log)
+        standin = Standin(f"lab.standins.{module}", log, *args, env=env, timeout=15)
         started.append(standin)
         return standin.start()
 
@@ -34,8 +34,8 @@ def launch_file(tmp_path: Path) -> Iterator:
     started: list[Standin] = []
 
     def start(python: Sequence[str], path: Path, *args: str) -> Standin:
-        log = tmp_path / f"{path.stem}-file.log"
-        standin = Standin([*python, str(path), *args], clean_env(), path.parent, log)
+        standin = Standin([*python, str(path)], tmp_path / f"{path.stem}-file.log", *args,
+                          cwd=path.parent, timeout=15)
         started.append(standin)
         return standin.start()
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from .standin_process import REPO, STANDINS, clean_env
+from lab.processes import REPO, clean_env
+
+from .conftest import STANDINS
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 # What lab/prepare.yml copies onto a host for each stand-in.
@@ -61,7 +63,7 @@ def test_a_bad_flag_stops_the_start_with_one_line(args, message):
     result = subprocess.run(
         [sys.executable, "-m", "lab.standins.ollama", *args],
         cwd=REPO,
-        env=clean_env(),
+        env=clean_env("STANDIN_"),
         capture_output=True,
         text=True,
         timeout=30,
@@ -75,7 +77,7 @@ def test_a_bad_environment_variable_names_the_variable():
     result = subprocess.run(
         [sys.executable, "-m", "lab.standins.searxng"],
         cwd=REPO,
-        env=clean_env({"STANDIN_RESULTS": "many"}),
+        env=clean_env("STANDIN_", {"STANDIN_RESULTS": "many"}),
         capture_output=True,
         text=True,
         timeout=30,

@@ -103,7 +103,7 @@ def test_pull_without_a_tag_means_latest_and_is_idempotent(ollama):
 
 def test_pull_error_is_streamed_or_500_with_ollamas_message(ollama):
     message = "pull model manifest: 412: this model requires macOS"
-    ollama.configure(pull_errors={"mlx-only:8b": message})
+    ollama.config(pull_errors={"mlx-only:8b": message})
 
     streamed = post(ollama.url, "/api/pull", {"model": "mlx-only:8b"})
     assert streamed.status_code == 200
@@ -116,7 +116,7 @@ def test_pull_error_is_streamed_or_500_with_ollamas_message(ollama):
 
 
 def test_models_outside_pullable_have_no_manifest(ollama):
-    ollama.configure(pullable=["llama3.2"])
+    ollama.config(pullable=["llama3.2"])
 
     refused = post(ollama.url, "/api/pull", {"model": "mistral", "stream": False})
     allowed = post(ollama.url, "/api/pull", {"model": "llama3.2", "stream": False})
@@ -220,24 +220,24 @@ def test_missing_body_is_400(ollama):
 
 def test_error_failure_flips_at_runtime_everywhere_or_generation_only(ollama):
     body = {"model": LFM, "prompt": PROMPT, "stream": False}
-    ollama.configure(fail="error")
+    ollama.config(fail="error")
     failed = post(ollama.url, "/api/generate", body)
     assert failed.status_code == 500
     assert failed.json() == {"error": "llama runner process has terminated: exit status 2"}
     assert requests.get(f"{ollama.url}/api/tags", timeout=5).status_code == 500
 
-    ollama.configure(fail_generate_only=True, fail_message="out of memory")
+    ollama.config(fail_generate_only=True, fail_message="out of memory")
     assert tag_names(ollama.url) == [LFM]
     chat = post(ollama.url, "/api/chat", {**body, "messages": [{"role": "user", "content": "x"}]})
     assert (chat.status_code, chat.json()) == (500, {"error": "out of memory"})
     assert post(ollama.url, "/api/generate", body).json() == {"error": "out of memory"}
 
-    ollama.configure(fail=None)
+    ollama.config(fail=None)
     assert post(ollama.url, "/api/generate", body).status_code == 200
 
 
 def test_timeout_failure_outlasts_the_client_timeout(ollama):
-    ollama.configure(fail="timeout", fail_generate_only=True, hang_seconds=5)
+    ollama.config(fail="timeout", fail_generate_only=True, hang_seconds=5)
 
     with pytest.raises(requests.exceptions.ReadTimeout):
         post(ollama.url, "/api/generate", {"model": LFM, "prompt": PROMPT}, timeout=0.5)
@@ -245,7 +245,7 @@ def test_timeout_failure_outlasts_the_client_timeout(ollama):
 
 
 def test_latency_is_at_least_the_setting_streamed_or_not(ollama):
-    ollama.configure(latency=0.6)
+    ollama.config(latency=0.6)
     body = {"model": LFM, "prompt": PROMPT}
 
     started = time.monotonic()
@@ -267,7 +267,7 @@ def test_requests_are_counted_per_endpoint(ollama):
 
 
 def test_models_setting_replaces_the_models_present(ollama):
-    config = ollama.configure(models="llama3.2, qwen2.5:7b")
+    config = ollama.config(models="llama3.2, qwen2.5:7b")
 
     assert config["models"] == ["llama3.2:latest", "qwen2.5:7b"]
     assert sorted(tag_names(ollama.url)) == ["llama3.2:latest", "qwen2.5:7b"]

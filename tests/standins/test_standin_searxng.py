@@ -105,7 +105,7 @@ def test_json_disabled_at_start_answers_403_like_searxng_then_runtime_enable(lau
     assert "<title>403 Forbidden</title>" in refused.text
     assert search(searxng.url, format="html").status_code == 200
 
-    assert searxng.configure(json_enabled=True)["json_enabled"] is True
+    assert searxng.config(json_enabled=True)["json_enabled"] is True
     assert search(searxng.url, format="json").status_code == 200
 
 
@@ -115,32 +115,32 @@ def test_csv_and_rss_are_not_enabled_formats(searxng):
 
 
 def test_failure_toggles_at_runtime(searxng):
-    assert searxng.configure(fail="error")["fail"] == "error"
+    assert searxng.config(fail="error")["fail"] == "error"
     failed = search(searxng.url, format="json")
     assert failed.status_code == 500
     assert "Internal Server Error" in failed.text
 
-    searxng.configure(fail="empty")
+    searxng.config(fail="empty")
     empty = search(searxng.url, format="json").json()
     assert empty["results"] == []
     assert empty["number_of_results"] == 0
     assert ["duckduckgo", "timeout"] in empty["unresponsive_engines"]
 
-    assert searxng.configure(fail=None)["fail"] is None
+    assert searxng.config(fail=None)["fail"] is None
     assert len(search(searxng.url, format="json").json()["results"]) == 5
 
 
 def test_timeout_failure_outlasts_the_client_timeout(searxng):
-    searxng.configure(fail="timeout", hang_seconds=5)
+    searxng.config(fail="timeout", hang_seconds=5)
 
     with pytest.raises(requests.exceptions.ReadTimeout):
         requests.get(f"{searxng.url}/search", params={"q": QUERY, "format": "json"}, timeout=0.5)
-    searxng.configure(fail=False)
+    searxng.config(fail=False)
     assert search(searxng.url, format="json").status_code == 200
 
 
 def test_latency_is_at_least_the_setting(searxng):
-    searxng.configure(latency=0.6)
+    searxng.config(latency=0.6)
 
     started = time.monotonic()
     assert search(searxng.url, format="json").status_code == 200
@@ -148,7 +148,7 @@ def test_latency_is_at_least_the_setting(searxng):
 
 
 def test_result_count_setting(searxng):
-    searxng.configure(results=2)
+    searxng.config(results=2)
     assert len(search(searxng.url, format="json").json()["results"]) == 2
 
 
@@ -182,7 +182,7 @@ def test_a_config_read_back_can_be_posted_again(searxng):
     current = searxng.config()
     current["results"] = 3
 
-    assert searxng.configure(**current)["results"] == 3
+    assert searxng.config(**current)["results"] == 3
 
 
 def test_environment_variables_set_the_start_settings(launch):

@@ -8,7 +8,6 @@ acts within seconds.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import redis
 import requests
 
 from lab import throwaway
+from lab.processes import CoordinatorProcess, Process, Standin
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,103 +38,30 @@ def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_WAIT,
     return throwaway.wait_until(predicate, timeout, what)
 
 
-class Service:
-    """A subprocess with its output in a file, so tests can read what a user would see."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, cwd: Path) -> None:
-        self.log_path = log
-        self.args = args
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=out,
-                                         stderr=subprocess.STDOUT)
-        self.pid = self.proc.pid
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def lines(self) -> list[str]:
-        return self.output().splitlines()
-
-    def wait_for(self, text: str, timeout: float = DEFAULT_WAIT) -> str:
-        def found() -> str | None:
-            line = next((line for line in self.lines() if text in line), None)
-            if line is None and self.proc.poll() is not None:
-                raise AssertionError(f"process exited ({self.proc.returncode}) before "
-                                     f"logging {text!r}:\n{self.output()}")
-            return line
-
-        return wait_until(found, timeout, f"{text!r} in {self.log_path.name}")
-
-    def wait_exit(self, timeout: float = DEFAULT_WAIT) -> int:
-        return self.proc.wait(timeout)
-
-    def signal(self, signum: int) -> None:
-        self.proc.send_signal(signum)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
-class Standin:
-    def __init__(self, module: str, tmp: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        name = module.rsplit(".", 1)[-1]
-        self.service = Service(
-            [PYTHON, "-m", module, "--bind", "127.0.0.1", "--port", str(self.port)],
-            dict(os.environ), tmp / f"{name}.log", REPO,
-        )
-        wait_until(self._up, 15, f"{name} stand-in on port {self.port}")
-
-    def _up(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/_standin/config", timeout=1).ok
-        except requests.RequestException:
-            return False
-
-    def config(self, **settings: Any) -> dict[str, Any]:
-        response = requests.post(f"{self.url}/_standin/config", json=settings, timeout=5)
-        assert response.status_code == 200, response.text
-        return response.json()
-
-
 @pytest.fixture(scope="session")
 def searxng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    standin = Standin("lab.standins.searxng", tmp_path_factory.mktemp("searxng"))
+    standin = Standin("lab.standins.searxng",
+                      tmp_path_factory.mktemp("searxng") / "searxng.log").start()
     yield standin
-    standin.service.stop()
+    standin.stop()
 
 
 @pytest.fixture(scope="session")
 def ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    standin = Standin("lab.standins.ollama", tmp_path_factory.mktemp("ollama"))
+    standin = Standin("lab.standins.ollama",
+                      tmp_path_factory.mktemp("ollama") / "ollama.log").start()
     yield standin
-    standin.service.stop()
+    standin.stop()
 
 
-class Coordinator:
+class Coordinator(CoordinatorProcess):
+    """The Coordinator with a short heartbeat TTL, and the two calls the worker tests make."""
+
     def __init__(self, pg: ThrowawayPostgres, rds: ThrowawayRedis, tmp: Path,
                  port: int | None = None, token: str | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PG_DSN=pg.dsn, REDIS_HOST="127.0.0.1", REDIS_PORT=str(rds.port),
-                   REDIS_PASSWORD=rds.password, COORDINATOR_PORT=str(self.port),
-                   COORDINATOR_HEARTBEAT_TTL=str(HEARTBEAT_TTL))
-        if token:
-            env["COORDINATOR_TOKEN"] = token
-        self.service = Service([PYTHON, "-m", "coordinator"], env,
-                               tmp / f"coordinator-{self.port}.log", FILES)
-        wait_until(self._healthy, 30, f"the Coordinator on port {self.port}")
-
-    def _healthy(self) -> bool:
-        if self.service.proc.poll() is not None:
-            raise AssertionError(f"the Coordinator exited:\n{self.service.output()}")
-        try:
-            return requests.get(f"{self.url}/health", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
+        port = port or free_port()
+        super().__init__(pg.dsn, rds, tmp / f"coordinator-{port}.log", port=port, token=token,
+                         heartbeat_ttl=HEARTBEAT_TTL)
 
     def route(self, prompt: str, task_type: str, **extra: str) -> str:
         response = requests.post(f"{self.url}/route", timeout=10,
@@ -155,7 +82,7 @@ def coordinator(pg: ThrowawayPostgres, redis_server: ThrowawayRedis,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     coord = Coordinator(pg, redis_server, tmp_path_factory.mktemp("coordinator"))
     yield coord
-    coord.service.stop()
+    coord.stop()
 
 
 @pytest.fixture
@@ -221,7 +148,7 @@ def reset_standins(request: pytest.FixtureRequest) -> None:
                                                  fail_generate_only=False)
 
 
-WorkerFactory = Callable[..., Service]
+WorkerFactory = Callable[..., Process]
 
 
 @pytest.fixture
@@ -248,16 +175,16 @@ def web_env(pg: ThrowawayPostgres, redis_server: ThrowawayRedis, coordinator: Co
 def start_worker(tmp_path: Path) -> Iterator[WorkerFactory]:
     """Start a worker as a user does (`python worker_web.py` with env) from a folder holding
     only the files a role ships; every process still alive is killed afterwards."""
-    started: list[Service] = []
+    started: list[Process] = []
 
-    def start(env: dict[str, str], script: str = "worker_web.py") -> Service:
+    def start(env: dict[str, str], script: str = "worker_web.py") -> Process:
         node = tmp_path / "node"
         throwaway.ship_worker_programs(node)
         log = tmp_path / f"{script}-{env.get('WORKER_ID', 'none')}-{len(started)}.log"
-        service = Service([PYTHON, script], env, log, node)
-        started.append(service)
-        return service
+        process = Process([PYTHON, script], env, log, node)
+        started.append(process)
+        return process
 
     yield start
-    for service in started:
-        service.stop()
+    for process in started:
+        process.stop(grace=0)

@@ -178,7 +178,7 @@ def test_coordinator_outage_is_logged_once_and_work_goes_on(web_env, start_worke
                         "again")
         wait_until(lambda: coordinator.worker(web_env["WORKER_ID"]), 10, "re-registration")
     finally:
-        second.service.stop()
+        second.stop()
     worker.wait_for(f"WARNING Heartbeat to {second.url} failed (")
     task_id = coordinator.route(TOKYO, "web_search")
     assert tasks.wait_status(task_id, "done", "failed")["status"] == "done"
@@ -186,7 +186,7 @@ def test_coordinator_outage_is_logged_once_and_work_goes_on(web_env, start_worke
     try:
         worker.wait_for(f"INFO Heartbeat to {second.url} works again")
     finally:
-        second.service.stop()
+        second.stop()
     # Seconds of failed heartbeats (one every 2/3 s), one line.
     assert len([m for m in messages(worker) if "Heartbeat to" in m and "failed" in m]) == 1
 
@@ -438,7 +438,7 @@ def test_coordinator_token(web_env, start_worker, pg, redis_server, tmp_path):
         registered = last_heartbeat()
         wait_until(lambda: last_heartbeat() != registered, 10, "a heartbeat with the token")
     finally:
-        guarded.service.stop()
+        guarded.stop()
     assert token not in worker.output()
 
 
