@@ -148,6 +148,25 @@ class BaseConfig:
         return cls(**fields)
 
 
+@dataclass(frozen=True)
+class OllamaConfig(BaseConfig):
+    """The settings of a worker that asks an Ollama (both kinds do)."""
+    ollama_host: str
+    ollama_model: str
+    ollama_timeout: float
+
+    #: OLLAMA_TIMEOUT when it is not set: a summary is short, a generation may be long.
+    ollama_timeout_default: ClassVar[float] = 90
+
+    @classmethod
+    def own_fields(cls, env: EnvReader) -> dict[str, Any]:
+        return {
+            "ollama_host": http_url(env.required("OLLAMA_HOST")),
+            "ollama_model": env.required("OLLAMA_MODEL"),
+            "ollama_timeout": env.seconds("OLLAMA_TIMEOUT", cls.ollama_timeout_default),
+        }
+
+
 def http_url(raw: str) -> str:
     """Accept `host:port` as Ollama's own OLLAMA_HOST does; drop a trailing slash."""
     url = raw.strip().rstrip("/")
@@ -251,13 +270,6 @@ def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
 
 def is_loopback(host: str | None) -> bool:
     return host in (None, "localhost", "127.0.0.1", "::1", "0.0.0.0")
-
-
-def ollama_models(base_url: str, timeout: float) -> list[str]:
-    """The names of the models an Ollama server has (`GET /api/tags`)."""
-    response = requests.get(f"{base_url}/api/tags", timeout=timeout)
-    response.raise_for_status()
-    return [model["name"] for model in response.json().get("models", [])]
 
 
 # --- the worker ---------------------------------------------------------------------------
@@ -388,23 +400,6 @@ class Worker:
                        "(must include its LAN address) and `protected-mode`, and the firewall")
             raise CheckFailed(f"Redis check FAILED at {address}: {text}; {fix}") from None
         log.info("Redis OK (%s)", address)
-
-    def pull_hint(self, ollama_url: str, model: str) -> str:
-        host = urlparse(ollama_url).hostname
-        return f"run `ollama pull {model}` on {self.cfg.worker_host if is_loopback(host) else host}"
-
-    def check_ollama_model(self, url: str, model: str, timeout: float) -> None:
-        """Ollama answers at ``url`` and has ``model``."""
-        try:
-            names = ollama_models(url, timeout)
-        except (requests.RequestException, ValueError) as error:
-            raise CheckFailed(f"Ollama check FAILED at {url}: {one_line(error)}; fix: check "
-                              "OLLAMA_HOST and that `ollama serve` runs there") from None
-        if not has_model(names, model):
-            raise CheckFailed(f"Ollama check FAILED at {url}: model {model} is not there "
-                              f"(it has: {', '.join(names) or 'none'}); fix: "
-                              f"{self.pull_hint(url, model)}")
-        log.info("Ollama OK (%s, model %s present)", url, model)
 
     def check_postgres(self) -> None:
         where = masked_dsn(self.cfg.pg_dsn)
@@ -740,6 +735,67 @@ class Worker:
         self.goodbye()
         logging.shutdown()
         os._exit(1)
+
+
+class OllamaError(Exception):
+    """Ollama did not answer as asked; the message says why, for the task's error."""
+
+
+class OllamaWorker(Worker):
+    """A worker whose work is asking an Ollama (OLLAMA_HOST, OLLAMA_MODEL, OLLAMA_TIMEOUT)."""
+
+    cfg: OllamaConfig
+
+    def models(self) -> list[str]:
+        """The names of the models the Ollama has (`GET /api/tags`)."""
+        response = requests.get(f"{self.cfg.ollama_host}/api/tags",
+                                timeout=min(self.cfg.ollama_timeout, 10))
+        response.raise_for_status()
+        return [model["name"] for model in response.json().get("models", [])]
+
+    def pull_hint(self, model: str) -> str:
+        host = urlparse(self.cfg.ollama_host).hostname
+        return f"run `ollama pull {model}` on {self.cfg.worker_host if is_loopback(host) else host}"
+
+    def check_backends(self) -> None:
+        """Ollama answers and has OLLAMA_MODEL."""
+        url, model = self.cfg.ollama_host, self.cfg.ollama_model
+        try:
+            names = self.models()
+        except (requests.RequestException, ValueError) as error:
+            raise CheckFailed(f"Ollama check FAILED at {url}: {one_line(error)}; fix: check "
+                              "OLLAMA_HOST and that `ollama serve` runs there") from None
+        if not has_model(names, model):
+            raise CheckFailed(f"Ollama check FAILED at {url}: model {model} is not there "
+                              f"(it has: {', '.join(names) or 'none'}); fix: "
+                              f"{self.pull_hint(model)}")
+        log.info("Ollama OK (%s, model %s present)", url, model)
+
+    def ollama(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` (unstreamed) to the Ollama API at ``path``; its JSON answer, or
+        OllamaError with a line that says what went wrong and where."""
+        url = self.cfg.ollama_host
+        try:
+            response = requests.post(f"{url}{path}", json={**body, "stream": False},
+                                     timeout=(5, self.cfg.ollama_timeout))
+        except requests.Timeout:
+            raise OllamaError(f"Ollama at {url} did not answer within "
+                              f"{self.cfg.ollama_timeout:g}s") from None
+        except requests.RequestException as error:
+            raise OllamaError(f"Ollama at {url} is not reachable: {one_line(error)}") from None
+        if response.status_code == 404:
+            raise OllamaError(f"model {body['model']} is not on Ollama at {url}: "
+                              f"{self.pull_hint(body['model'])}")
+        if response.status_code != 200:
+            raise OllamaError(f"Ollama at {url} answered HTTP {response.status_code} "
+                              f"{error_text(response)}".rstrip())
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise OllamaError(f"Ollama at {url} did not answer a JSON object")
+        return answer
 
 
 def env_lines(text: str) -> dict[str, str]:

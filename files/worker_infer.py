@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import coordinator_contract as contract
 import requests
 import worker_base
 from worker_base import (
-    BaseConfig,
     EnvReader,
+    OllamaConfig,
+    OllamaError,
+    OllamaWorker,
     Outcome,
     Task,
-    Worker,
-    error_text,
-    http_url,
     log,
-    ollama_models,
     one_line,
 )
 
@@ -38,27 +36,18 @@ SUMMARIZE_PROMPT = ("Summarise the following text in a few sentences, in the lan
 
 
 @dataclass(frozen=True)
-class InferConfig(BaseConfig):
-    ollama_host: str
-    ollama_model: str
+class InferConfig(OllamaConfig):
     device: str
-    ollama_timeout: float
+
+    ollama_timeout_default: ClassVar[float] = 300
 
     @classmethod
     def own_fields(cls, env: EnvReader) -> dict[str, Any]:
-        return {
-            "ollama_host": http_url(env.required("OLLAMA_HOST")),
-            "ollama_model": env.required("OLLAMA_MODEL"),
-            "device": env.optional("WORKER_DEVICE", "cpu") or "cpu",
-            "ollama_timeout": env.seconds("OLLAMA_TIMEOUT", 300),
-        }
+        return {**super().own_fields(env),
+                "device": env.optional("WORKER_DEVICE", "cpu") or "cpu"}
 
 
-class OllamaError(Exception):
-    """Ollama did not answer; the task fails with this message."""
-
-
-class InferenceWorker(Worker):
+class InferenceWorker(OllamaWorker):
     program = "worker_infer"
     title = "Inference Worker"
     kind = "inference"
@@ -68,13 +57,6 @@ class InferenceWorker(Worker):
     @property
     def queues(self) -> list[str]:
         return [contract.inference_queue(self.cfg.device, self.cfg.worker_id)]
-
-    def models(self) -> list[str]:
-        return ollama_models(self.cfg.ollama_host, min(self.cfg.ollama_timeout, 10))
-
-    def check_backends(self) -> None:
-        self.check_ollama_model(self.cfg.ollama_host, self.cfg.ollama_model,
-                                min(self.cfg.ollama_timeout, 10))
 
     def registration_extra(self) -> dict[str, Any]:
         # Read again at each (re-)registration, so a model pulled since shows up.
@@ -94,43 +76,20 @@ class InferenceWorker(Worker):
         try:
             if task.task_type == "chat":
                 answer = self.ollama("/api/chat", {
-                    "model": model, "stream": False,
-                    "messages": [{"role": "user", "content": task.prompt}],
+                    "model": model, "messages": [{"role": "user", "content": task.prompt}],
                 })["message"]["content"]
             else:
                 prompt = task.prompt
                 if task.task_type == "summarize":
                     prompt = SUMMARIZE_PROMPT + prompt
-                answer = self.ollama("/api/generate", {
-                    "model": model, "prompt": prompt, "stream": False,
-                })["response"]
+                answer = self.ollama("/api/generate", {"model": model,
+                                                       "prompt": prompt})["response"]
         except OllamaError as error:
             return Outcome("failed", error=str(error))
         except (KeyError, TypeError):
             return Outcome("failed", error=f"Ollama at {self.cfg.ollama_host} answered "
                                            "without the expected fields")
         return Outcome("done", result=str(answer))
-
-    def ollama(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        url = self.cfg.ollama_host
-        try:
-            response = requests.post(f"{url}{path}", json=body,
-                                     timeout=(5, self.cfg.ollama_timeout))
-        except requests.Timeout:
-            raise OllamaError(f"Ollama at {url} did not answer within "
-                              f"{self.cfg.ollama_timeout:g}s") from None
-        except requests.RequestException as error:
-            raise OllamaError(f"Ollama at {url} is not reachable: {one_line(error)}") from None
-        if response.status_code == 404:
-            raise OllamaError(f"model {body['model']} is not on Ollama at {url}: "
-                              f"{self.pull_hint(url, body['model'])}")
-        if response.status_code != 200:
-            raise OllamaError(f"Ollama at {url} answered HTTP {response.status_code} "
-                              f"{error_text(response)}".rstrip())
-        try:
-            return response.json()
-        except ValueError:
-            raise OllamaError(f"Ollama at {url} did not answer JSON") from None
 
 
 if __name__ == "__main__":

@@ -19,13 +19,13 @@ import coordinator_contract as contract
 import requests
 import worker_base
 from worker_base import (
-    BaseConfig,
     CheckFailed,
     EnvReader,
+    OllamaConfig,
+    OllamaError,
+    OllamaWorker,
     Outcome,
     Task,
-    Worker,
-    error_text,
     http_url,
     log,
     one_line,
@@ -48,25 +48,18 @@ class SummaryError(Exception):
 
 
 @dataclass(frozen=True)
-class WebConfig(BaseConfig):
+class WebConfig(OllamaConfig):
     searxng_url: str
-    ollama_host: str
-    ollama_model: str
     searxng_timeout: float
-    ollama_timeout: float
 
     @classmethod
     def own_fields(cls, env: EnvReader) -> dict[str, Any]:
-        return {
-            "searxng_url": http_url(env.required("SEARXNG_URL")),
-            "ollama_host": http_url(env.required("OLLAMA_HOST")),
-            "ollama_model": env.required("OLLAMA_MODEL"),
-            "searxng_timeout": env.seconds("SEARXNG_TIMEOUT", 15),
-            "ollama_timeout": env.seconds("OLLAMA_TIMEOUT", 90),
-        }
+        return {"searxng_url": http_url(env.required("SEARXNG_URL")),
+                "searxng_timeout": env.seconds("SEARXNG_TIMEOUT", 15),
+                **super().own_fields(env)}
 
 
-class WebWorker(Worker):
+class WebWorker(OllamaWorker):
     program = "worker_web"
     title = "Web Search Worker"
     kind = KIND
@@ -84,8 +77,7 @@ class WebWorker(Worker):
         except SearchError as error:
             raise CheckFailed(f"SearXNG check FAILED: {error}") from None
         log.info("SearXNG OK (%s, JSON API)", url)
-        self.check_ollama_model(self.cfg.ollama_host, self.cfg.ollama_model,
-                                min(self.cfg.ollama_timeout, 10))
+        super().check_backends()
 
     def result_worker(self) -> str:
         # tasks.worker gets this literal, never the host (docs/design.md).
@@ -132,26 +124,18 @@ class WebWorker(Worker):
         return [item for item in results if isinstance(item, dict)][:SEARCH_RESULTS_USED]
 
     def summarise(self, question: str, results: list[dict[str, Any]]) -> str:
-        url = self.cfg.ollama_host
-        body = {"model": self.cfg.ollama_model, "prompt": summary_prompt(question, results),
-                "stream": False}
+        """Ollama's summary of ``results``; SummaryError (the task falls back) otherwise."""
         try:
-            response = requests.post(f"{url}/api/generate", json=body,
-                                     timeout=(5, self.cfg.ollama_timeout))
-        except requests.Timeout:
-            raise SummaryError(f"Ollama at {url} did not answer within "
-                               f"{self.cfg.ollama_timeout:g}s") from None
-        except requests.RequestException as error:
-            raise SummaryError(f"Ollama at {url} is not reachable: {one_line(error)}") from None
-        if response.status_code != 200:
-            raise SummaryError(f"Ollama at {url} answered HTTP {response.status_code} "
-                               f"{error_text(response)}".rstrip())
-        try:
-            summary = str(response.json()["response"]).strip()
-        except (ValueError, KeyError, TypeError):
-            raise SummaryError(f"Ollama at {url} did not answer JSON with a response") from None
+            answer = self.ollama("/api/generate", {"model": self.cfg.ollama_model,
+                                                   "prompt": summary_prompt(question, results)})
+        except OllamaError as error:
+            raise SummaryError(str(error)) from None
+        summary = answer.get("response")
+        if not isinstance(summary, str):
+            raise SummaryError(f"Ollama at {self.cfg.ollama_host} answered without a response")
+        summary = summary.strip()
         if not summary:
-            raise SummaryError(f"Ollama at {url} gave an empty summary")
+            raise SummaryError(f"Ollama at {self.cfg.ollama_host} gave an empty summary")
         return summary
 
 
