@@ -10,13 +10,13 @@ down costs one extra read, never a missed result.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
 
 import psycopg
 
+from .background import Background
 from .schema import TASK_EVENTS_CHANNEL
 
 log = logging.getLogger("coordinator.events")
@@ -24,14 +24,15 @@ log = logging.getLogger("coordinator.events")
 EventHandler = Callable[[dict], None]
 
 
-class TaskEvents:
+class TaskEvents(Background):
+    task_name = "task-events-listener"
+
     def __init__(self, dsn: str, application_name: str, on_event: EventHandler | None = None
                  ) -> None:
         self._dsn = dsn
         self._application_name = application_name
         self._on_event = on_event
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
-        self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
     # -- waiters -------------------------------------------------------------------------------
@@ -76,15 +77,8 @@ class TaskEvents:
                 log.exception("task event handler failed")
 
     # -- the listening connection --------------------------------------------------------------
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="task-events-listener")
-
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await super().stop()
         self.wake_all()
 
     async def _run(self) -> None:

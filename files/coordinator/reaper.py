@@ -25,6 +25,7 @@ from coordinator_contract import DEFAULT_WORKER, INFERENCE_TYPES, SHARED_TYPES, 
 from psycopg.rows import dict_row
 
 from . import statemachine as sm
+from .background import Background
 from .routing import Candidate, choose_worker, inference_queue_of
 from .schema import WORKER_ALIVE
 
@@ -393,7 +394,9 @@ async def push(redis: aioredis.Redis, pushes: Mapping[str, list[str]]) -> None:
         await pipe.execute()
 
 
-class Reaper:
+class Reaper(Background):
+    task_name = "reaper"
+
     def __init__(self, cfg: Config, pool: psycopg_pool.AsyncConnectionPool,
                  redis: aioredis.Redis, metrics: Metrics,
                  on_tick: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -403,28 +406,17 @@ class Reaper:
         self.metrics = metrics
         self.on_tick = on_tick  # coroutine run every tick (registry refresh)
         self._kick = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._flagged: set[str] = set()
         self._passes = 0
         # read every queue in full about once a minute
         self.full_scan_every = max(1, round(60 / cfg.heartbeat_interval))
         self.last_report: PassReport | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="reaper")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
     def kick(self) -> None:
         """Run a pass now instead of at the next tick."""
         self._kick.set()
 
-    async def _loop(self) -> None:
+    async def _run(self) -> None:
         interval = self.cfg.heartbeat_interval
         while True:
             try:
