@@ -35,6 +35,7 @@ import yaml
 from lab import lab
 
 REPO = lab.REPO
+VENV_BIN = REPO / ".venv" / "bin"
 PROMPT = "今日の東京の天気は？"
 
 
@@ -42,8 +43,9 @@ def env(**extra: str) -> dict[str, str]:
     """The environment of a lab command: the lab's containers.conf, the venv first on PATH."""
     result = dict(os.environ)
     result["CONTAINERS_CONF"] = str(REPO / "lab" / "containers.conf")
-    result["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{result.get('PATH', '')}"
+    result["PATH"] = f"{VENV_BIN}{os.pathsep}{result.get('PATH', '')}"
     result["ANSIBLE_NOCOLOR"] = "1"
+    result["NO_COLOR"] = "1"
     result.update(extra)
     return result
 

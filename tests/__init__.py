@@ -7,6 +7,5 @@ relatively (``from .coordkit import ...``). What several packages share is in te
 (the throwaway PostgreSQL and Redis servers), a tests/<what>_kit.py module (library_kit: the
 modules of library/ as code and as documented), lab/ (the lab, its drivers, the throwaway
 servers) or tests/doubles/ (stand-in programs such as launchctl). Slow suites, on containers:
-tests/lab, tests/roles and tests/ollama (Molecule scenarios), tests/migrate (one lab for every
-case).
+tests/lab (every Molecule scenario, the lab script), tests/migrate (one lab for every case).
 """

@@ -1,4 +1,5 @@
-"""Shared fixtures: throwaway PostgreSQL and Redis servers for the whole test session.
+"""Shared fixtures: throwaway PostgreSQL and Redis servers for the whole test session, and
+the check that podman can run the lab's containers.
 
 The repository's module_utils are importable as ``ansible.module_utils.<name>``, where Ansible
 puts them for a module, so tests import the modules of library/ as they are.
@@ -7,12 +8,14 @@ puts them for a module, so tests import the modules of library/ as they are.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from lab import lab
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
 for _path in sorted((Path(__file__).resolve().parents[1] / "module_utils").glob("*.py")):
@@ -36,3 +39,15 @@ def redis_server() -> Iterator[ThrowawayRedis]:
         yield server
     finally:
         server.destroy()
+
+
+@pytest.fixture(scope="session")
+def podman_ready() -> None:
+    """Skip a container test where podman cannot run the lab's containers; under CI (the CI
+    variable set) that is a failure, so no lab test is skipped unseen."""
+    problem = lab.podman_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the lab tests: {problem}")
+    pytest.skip(problem)
