@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 STATUSES = (QUEUED, RUNNING, DONE, FAILED)
@@ -33,8 +33,17 @@ INSERT = (
     " AS t(id, task_type, prompt, model, queue, worker, max_attempts, requested_worker)"
 )
 
-#: (id, task_type, prompt, model, queue, worker, max_attempts, requested_worker)
-NewTask = tuple[uuid.UUID, str, str, str | None, str | None, str, int, str | None]
+class NewTask(NamedTuple):
+    """A task POST /route makes, in the column order of INSERT."""
+
+    id: uuid.UUID
+    task_type: str
+    prompt: str
+    model: str | None
+    queue: str | None  # None: waits for an inference worker
+    worker: str
+    max_attempts: int
+    requested_worker: str | None
 
 
 def insert_tasks(rows: Sequence[NewTask]) -> tuple[str, list[list[Any]]]:

@@ -145,7 +145,7 @@ class TaskWriter(Coalescer[Row, bool]):
     def _take(self) -> list[tuple[Row, asyncio.Future[bool]]]:
         size = 0
         for n, (row, _) in enumerate(self.pending):
-            size += len(row[2])
+            size += len(row.prompt)
             if n >= self.MAX_ITEMS or (n and size > self.MAX_BYTES):
                 batch, self.pending = self.pending[:n], self.pending[n:]
                 return batch
@@ -195,8 +195,8 @@ class TaskWriter(Coalescer[Row, bool]):
     async def _push(self, rows: list[Row]) -> bool:
         by_queue: dict[str, list[str]] = {}
         for row in rows:
-            if row[4] is not None:
-                by_queue.setdefault(row[4], []).append(str(row[0]))
+            if row.queue is not None:
+                by_queue.setdefault(row.queue, []).append(str(row.id))
         if not by_queue:
             return True
         try:
@@ -280,9 +280,9 @@ class Tasks:
             queue, worker = (chosen.queue, chosen.worker_id) if chosen else (None,
                                                                             DEFAULT_WORKER)
         task_id = uuid.uuid4()
-        pushed = await self.writer.submit(
-            (task_id, req.task_type, req.prompt, req.model, queue, worker,
-             self.cfg.max_attempts, requested))
+        pushed = await self.writer.submit(Row(
+            task_id, req.task_type, req.prompt, req.model, queue, worker,
+            self.cfg.max_attempts, requested))
         answer: dict[str, Any] = {"task_id": str(task_id), "queue": queue, "status": sm.QUEUED,
                                   "worker": worker}
         if queue is not None:

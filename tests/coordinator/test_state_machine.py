@@ -16,8 +16,8 @@ from .coordkit import Backends
 
 def new_task(backends: Backends, queue: str = contract.WEB_QUEUE) -> uuid.UUID:
     task_id = uuid.uuid4()
-    sql, columns = sm.insert_tasks([(task_id, "web_search", "p", None, queue,
-                                     contract.DEFAULT_WORKER, 3, None)])
+    sql, columns = sm.insert_tasks([sm.NewTask(task_id, "web_search", "p", None, queue,
+                                               contract.DEFAULT_WORKER, 3, None)])
     with backends.db() as conn:
         conn.execute(sql, columns)
     return task_id
