@@ -2,7 +2,8 @@
 
 They run Debian's own binaries (``initdb``/``pg_ctl`` from the postgresql package,
 ``redis-server``) on free loopback ports, never touch a server already running on the
-machine, and delete everything on ``stop()``. PostgreSQL refuses to run as root, so when the
+machine, and delete everything on ``destroy()``; as context managers they start on entry and
+are destroyed on exit. PostgreSQL refuses to run as root, so when the
 caller is root the cluster runs as the ``postgres`` system user the package creates.
 """
 
@@ -18,7 +19,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 DB_NAME = "coordinator"
 DB_USER = "coordinator"
@@ -78,7 +80,28 @@ def wait_for_port(port: int, timeout: float, what: str) -> None:
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
 
 
-class ThrowawayPostgres:
+class _Throwaway:
+    """Start on ``with``, destroy at its end."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.destroy()
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.destroy()
+
+
+class ThrowawayPostgres(_Throwaway):
     """A PostgreSQL cluster with a ``coordinator`` database and login role.
 
     ``fast=True`` turns off fsync for tests; benchmarks keep the durable defaults.
@@ -185,6 +208,12 @@ class ThrowawayPostgres:
         self.stop(mode="immediate")
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def database(self, name: str) -> str:
+        """(Re)create database ``name``, empty and owned by the coordinator role; its DSN."""
+        self.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres")
+        self.psql(f"CREATE DATABASE {name} OWNER {DB_USER}", db="postgres")
+        return self.dsn.replace(f"dbname={DB_NAME} ", f"dbname={name} ")
+
     def psql(self, sql: str, db: str = DB_NAME) -> str:
         """Run SQL as the superuser; return psql's unaligned output."""
         out = self._cmd(
@@ -195,7 +224,7 @@ class ThrowawayPostgres:
         return out.stdout.strip()
 
 
-class ThrowawayRedis:
+class ThrowawayRedis(_Throwaway):
     """A redis-server on a free loopback port with a password and a temporary directory."""
 
     def __init__(self, password: str = "redis-test-password") -> None:

@@ -7,14 +7,17 @@ puts them for a module, so tests import the modules of library/ as they are.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from coordinator.schema import ensure_schema
 from lab import lab
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
@@ -25,20 +28,24 @@ for _path in sorted((Path(__file__).resolve().parents[1] / "module_utils").glob(
 
 @pytest.fixture(scope="session")
 def pg() -> Iterator[ThrowawayPostgres]:
-    server = ThrowawayPostgres().start()
-    try:
+    with ThrowawayPostgres() as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[ThrowawayRedis]:
-    server = ThrowawayRedis().start()
-    try:
+    with ThrowawayRedis() as server:
         yield server
-    finally:
-        server.destroy()
+
+
+def create_schema(dsn: str) -> None:
+    """The Coordinator's own migrations, so the tests and the Coordinator share one schema."""
+
+    async def apply() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await ensure_schema(conn)
+
+    asyncio.run(apply())
 
 
 @pytest.fixture(scope="session")

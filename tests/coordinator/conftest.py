@@ -3,45 +3,28 @@ PostgreSQL, a Redis server of their own, and in-process coordinators."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 
-import psycopg
 import pytest
 
-from coordinator.schema import ensure_schema
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
+from ..conftest import create_schema
 from .coordkit import Backends, FakeWorker, ServerThread
 
 DB = "coordinator_tests"
 
 
-def create_database(pg: ThrowawayPostgres, name: str) -> str:
-    """A fresh database owned by the coordinator role; returns its DSN."""
-    pg.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", db="postgres")
-    pg.psql(f"CREATE DATABASE {name} OWNER coordinator", db="postgres")
-    return pg.dsn.replace("dbname=coordinator ", f"dbname={name} ")
-
-
 @pytest.fixture(scope="session")
 def coord_redis() -> Iterator[ThrowawayRedis]:
-    server = ThrowawayRedis().start()
-    try:
+    with ThrowawayRedis() as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(scope="session")
 def backends_session(pg: ThrowawayPostgres, coord_redis: ThrowawayRedis) -> Backends:
-    dsn = create_database(pg, DB)
-
-    async def schema() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await ensure_schema(conn)
-
-    asyncio.run(schema())
+    dsn = pg.database(DB)
+    create_schema(dsn)
     admin = pg.admin_dsn.replace("dbname=coordinator ", f"dbname={DB} ")
     return Backends(dsn, admin, coord_redis.port, coord_redis.password)
 

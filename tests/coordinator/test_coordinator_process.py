@@ -17,7 +17,6 @@ import pytest
 from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
-from .conftest import create_database
 from .coordkit import Backends, ServerThread, coordinator_process, wait_for
 
 
@@ -127,7 +126,7 @@ def test_unreachable_postgres_and_wrong_redis_password(backends: Backends) -> No
 
 
 def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None:
-    dsn = create_database(pg, "coordinator_schema_race")
+    dsn = pg.database("coordinator_schema_race")
 
     async def race() -> list[list[int]]:
         conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(4)]
@@ -146,7 +145,7 @@ def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None
 
 def test_two_processes_start_on_an_empty_database(pg: ThrowawayPostgres, backends: Backends,
                                                   processes: list) -> None:
-    dsn = create_database(pg, "coordinator_two_starts")
+    dsn = pg.database("coordinator_two_starts")
     ports = [free_port(), free_port()]
     for port in ports:
         processes.append(coordinator_process(backends.env(COORDINATOR_PORT=str(port),
@@ -164,8 +163,7 @@ def test_two_processes_start_on_an_empty_database(pg: ThrowawayPostgres, backend
 
 
 def test_redis_down(backends: Backends, start_server) -> None:
-    redis = ThrowawayRedis().start()
-    try:
+    with ThrowawayRedis() as redis:
         own = Backends(backends.dsn, backends.admin_dsn, redis.port, redis.password)
         server: ServerThread = start_server(own, COORDINATOR_HEARTBEAT_TTL="1",
                                             COORDINATOR_REPUSH_GRACE="0.5")
@@ -189,13 +187,10 @@ def test_redis_down(backends: Backends, start_server) -> None:
             with own.redis() as r:
                 wait_for(lambda: r.lrange("tasks:web", 0, -1) == [task_id], 10,
                          what="the id to be pushed again")
-    finally:
-        redis.destroy()
 
 
 def test_postgres_down(backends: Backends, start_server) -> None:
-    pg = ThrowawayPostgres().start()
-    try:
+    with ThrowawayPostgres() as pg:
         own = Backends(pg.dsn, pg.admin_dsn, backends.redis_port, backends.redis_password)
         server: ServerThread = start_server(own)
         with server.client() as client:
@@ -222,8 +217,6 @@ def test_postgres_down(backends: Backends, start_server) -> None:
             start = time.monotonic()
             assert client.get(f"/task/{task_id}", params={"wait": 1}).status_code == 200
             assert time.monotonic() - start < 5
-    finally:
-        pg.destroy()
 
 
 def test_route_bench_runs_against_a_coordinator(server: ServerThread, backends: Backends

@@ -28,11 +28,8 @@ def tasks_db(pg: ThrowawayPostgres) -> TasksDb:
 @pytest.fixture(scope="session")
 def probe_redis() -> Iterator[ThrowawayRedis]:
     """A Redis of the probe tests' own: the ids they leave in tasks:web reach no real worker."""
-    server = ThrowawayRedis().start()
-    try:
+    with ThrowawayRedis() as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture

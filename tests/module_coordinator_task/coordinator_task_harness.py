@@ -9,7 +9,6 @@ docs/design.md while the module waits.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -24,9 +23,10 @@ import coordinator_contract as contract
 import psycopg
 import pytest
 
-from coordinator.schema import ensure_schema
 from lab.processes import CoordinatorProcess
 from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis
+
+from ..conftest import create_schema
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -51,19 +51,6 @@ class ProbeRun:
         return self.result.get("msg", "")
 
 
-def create_schema(dsn: str) -> None:
-    """The Coordinator's own schema code, so the tests and the Coordinator share one schema."""
-
-    async def apply() -> None:
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-        try:
-            await ensure_schema(conn)
-        finally:
-            await conn.close()
-
-    asyncio.run(apply())
-
-
 @dataclass(frozen=True)
 class TasksDb:
     """A database of the probe tests' own on the shared throwaway server.
@@ -77,7 +64,7 @@ class TasksDb:
 
     @property
     def dsn(self) -> str:
-        return self.server.dsn.replace(f"dbname={DB_NAME}", f"dbname={self.name}")
+        return self.server.dsn.replace(f"dbname={DB_NAME} ", f"dbname={self.name} ")
 
     @property
     def port(self) -> int:
@@ -89,8 +76,7 @@ class TasksDb:
 
     def create(self) -> TasksDb:
         """(Re)create the database, empty; ``with_schema`` adds the Coordinator's tables."""
-        self.server.psql(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)", db="postgres")
-        self.server.psql(f"CREATE DATABASE {self.name} OWNER {DB_USER}", db="postgres")
+        self.server.database(self.name)
         return self
 
     def with_schema(self) -> TasksDb:

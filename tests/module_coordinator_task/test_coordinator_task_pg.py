@@ -120,13 +120,10 @@ def test_no_driver_says_what_to_install(tasks_db, run_probe, tmp_path):
 @pytest.fixture(scope="module")
 def pg_without_hba_line() -> Iterator[ThrowawayPostgres]:
     """Its own server, whose pg_hba.conf lets no one but ``postgres`` in over TCP."""
-    server = ThrowawayPostgres().start()
-    server.write_hba(["host all postgres 127.0.0.1/32 scram-sha-256"])
-    server.reload()
-    try:
+    with ThrowawayPostgres() as server:
+        server.write_hba(["host all postgres 127.0.0.1/32 scram-sha-256"])
+        server.reload()
         yield server
-    finally:
-        server.destroy()
 
 
 def test_missing_pg_hba_line(pg_without_hba_line, run_probe):

@@ -130,13 +130,10 @@ def rendered_without_lo6(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def server() -> Iterator[ThrowawayPostgres]:
     """Its own server (the session one keeps its pg_hba.conf), listening on ::1 as well."""
-    pg = ThrowawayPostgres().start()
-    try:
+    with ThrowawayPostgres() as pg:
         pg.psql("ALTER SYSTEM SET listen_addresses = '127.0.0.1,::1'", db="postgres")
         pg.restart()
         yield pg
-    finally:
-        pg.destroy()
 
 
 def hba_rules(pg: ThrowawayPostgres, lines: list[str]) -> list[dict]:
