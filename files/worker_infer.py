@@ -16,17 +16,7 @@ from typing import Any, ClassVar
 
 import coordinator_contract as contract
 import requests
-import worker_base
-from worker_base import (
-    EnvReader,
-    OllamaConfig,
-    OllamaError,
-    OllamaWorker,
-    Outcome,
-    Task,
-    log,
-    one_line,
-)
+import worker_base as base
 
 # The one place the version lives: the banner, --version and registration all read it.
 VERSION = "1.0"
@@ -36,18 +26,18 @@ SUMMARIZE_PROMPT = ("Summarise the following text in a few sentences, in the lan
 
 
 @dataclass(frozen=True)
-class InferConfig(OllamaConfig):
+class InferConfig(base.OllamaConfig):
     device: str
 
     ollama_timeout_default: ClassVar[float] = 300
 
     @classmethod
-    def own_fields(cls, env: EnvReader) -> dict[str, Any]:
+    def own_fields(cls, env: base.EnvReader) -> dict[str, Any]:
         return {**super().own_fields(env),
                 "device": env.optional("WORKER_DEVICE", "cpu") or "cpu"}
 
 
-class InferenceWorker(OllamaWorker):
+class InferenceWorker(base.OllamaWorker):
     program = "worker_infer"
     title = "Inference Worker"
     kind = "inference"
@@ -63,14 +53,14 @@ class InferenceWorker(OllamaWorker):
         try:
             models = self.models()
         except (requests.RequestException, ValueError) as error:
-            log.warning("Could not list Ollama's models (%s); registering %s only",
-                        one_line(error), self.cfg.ollama_model)
+            base.log.warning("Could not list Ollama's models (%s); registering %s only",
+                        base.one_line(error), self.cfg.ollama_model)
             models = [self.cfg.ollama_model]
         return {"device": self.cfg.device, "models": models}
 
-    def execute(self, task: Task) -> Outcome:
+    def execute(self, task: base.Task) -> base.Outcome:
         if task.task_type not in TASK_TYPES:
-            return Outcome("failed", error=f"worker_infer answers {', '.join(TASK_TYPES)} "
+            return base.Outcome("failed", error=f"worker_infer answers {', '.join(TASK_TYPES)} "
                                            f"tasks, not {task.task_type}")
         model = task.model or self.cfg.ollama_model
         try:
@@ -84,13 +74,13 @@ class InferenceWorker(OllamaWorker):
                     prompt = SUMMARIZE_PROMPT + prompt
                 answer = self.ollama("/api/generate", {"model": model,
                                                        "prompt": prompt})["response"]
-        except OllamaError as error:
-            return Outcome("failed", error=str(error))
+        except base.OllamaError as error:
+            return base.Outcome("failed", error=str(error))
         except (KeyError, TypeError):
-            return Outcome("failed", error=f"Ollama at {self.cfg.ollama_host} answered "
+            return base.Outcome("failed", error=f"Ollama at {self.cfg.ollama_host} answered "
                                            "without the expected fields")
-        return Outcome("done", result=str(answer))
+        return base.Outcome("done", result=str(answer))
 
 
 if __name__ == "__main__":
-    sys.exit(worker_base.main(InferenceWorker, InferConfig))
+    sys.exit(base.main(InferenceWorker, InferConfig))

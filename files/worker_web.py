@@ -17,19 +17,7 @@ from typing import Any
 
 import coordinator_contract as contract
 import requests
-import worker_base
-from worker_base import (
-    CheckFailed,
-    EnvReader,
-    OllamaConfig,
-    OllamaError,
-    OllamaWorker,
-    Outcome,
-    Task,
-    http_url,
-    log,
-    one_line,
-)
+import worker_base as base
 
 # The one place the version lives: the banner, --version and registration all read it.
 VERSION = "2.1"
@@ -48,18 +36,18 @@ class SummaryError(Exception):
 
 
 @dataclass(frozen=True)
-class WebConfig(OllamaConfig):
+class WebConfig(base.OllamaConfig):
     searxng_url: str
     searxng_timeout: float
 
     @classmethod
-    def own_fields(cls, env: EnvReader) -> dict[str, Any]:
-        return {"searxng_url": http_url(env.required("SEARXNG_URL")),
+    def own_fields(cls, env: base.EnvReader) -> dict[str, Any]:
+        return {"searxng_url": base.http_url(env.required("SEARXNG_URL")),
                 "searxng_timeout": env.seconds("SEARXNG_TIMEOUT", 15),
                 **super().own_fields(env)}
 
 
-class WebWorker(OllamaWorker):
+class WebWorker(base.OllamaWorker):
     program = "worker_web"
     title = "Web Search Worker"
     kind = KIND
@@ -75,28 +63,28 @@ class WebWorker(OllamaWorker):
         try:
             self.search("coordinator")
         except SearchError as error:
-            raise CheckFailed(f"SearXNG check FAILED: {error}") from None
-        log.info("SearXNG OK (%s, JSON API)", url)
+            raise base.CheckFailed(f"SearXNG check FAILED: {error}") from None
+        base.log.info("SearXNG OK (%s, JSON API)", url)
         super().check_backends()
 
     def result_worker(self) -> str:
         # tasks.worker gets this literal, never the host (docs/design.md).
         return contract.WEB_RESULT_WORKER
 
-    def execute(self, task: Task) -> Outcome:
+    def execute(self, task: base.Task) -> base.Outcome:
         if task.task_type not in TASK_TYPES:
-            return Outcome("failed", error=f"{self.program} answers {', '.join(TASK_TYPES)} "
+            return base.Outcome("failed", error=f"{self.program} answers {', '.join(TASK_TYPES)} "
                                            f"tasks only, not {task.task_type}")
         try:
             results = self.search(task.prompt)
         except SearchError as error:
-            return Outcome("failed", error=str(error))
+            return base.Outcome("failed", error=str(error))
         if not results:
-            return Outcome("done", result=f"SearXNG found nothing for: {task.prompt}")
+            return base.Outcome("done", result=f"SearXNG found nothing for: {task.prompt}")
         try:
-            return Outcome("done", result=self.summarise(task.prompt, results))
+            return base.Outcome("done", result=self.summarise(task.prompt, results))
         except SummaryError as error:
-            return Outcome("done", result=fallback_answer(str(error), results), fallback=True)
+            return base.Outcome("done", result=fallback_answer(str(error), results), fallback=True)
 
     def search(self, query: str) -> list[dict[str, Any]]:
         url = self.cfg.searxng_url
@@ -107,7 +95,7 @@ class WebWorker(OllamaWorker):
             raise SearchError(f"SearXNG at {url} did not answer within "
                               f"{self.cfg.searxng_timeout:g}s") from None
         except requests.RequestException as error:
-            raise SearchError(f"SearXNG at {url} is not reachable ({one_line(error)}); "
+            raise SearchError(f"SearXNG at {url} is not reachable ({base.one_line(error)}); "
                               "check SEARXNG_URL") from None
         if response.status_code == 403:
             raise SearchError(f"SearXNG at {url} answered 403 to format=json: its JSON API is "
@@ -128,7 +116,7 @@ class WebWorker(OllamaWorker):
         try:
             answer = self.ollama("/api/generate", {"model": self.cfg.ollama_model,
                                                    "prompt": summary_prompt(question, results)})
-        except OllamaError as error:
+        except base.OllamaError as error:
             raise SummaryError(str(error)) from None
         summary = answer.get("response")
         if not isinstance(summary, str):
@@ -160,4 +148,4 @@ def fallback_answer(reason: str, results: list[dict[str, Any]]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(worker_base.main(WebWorker, WebConfig))
+    sys.exit(base.main(WebWorker, WebConfig))
