@@ -139,10 +139,12 @@ def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> Non
     # Its Ollama hangs: the old worker is stuck in a task when SIGTERM comes.
     requests.post(standin, json={"latency": 600}, timeout=10).raise_for_status()
     try:
+        # The stuck task first, then the traffic: a traffic task routed before it would be
+        # the one the old worker sticks in, and this one would wait in the queue behind it.
+        stuck = cluster.coordinator.route("stuck")
+        wait_until(lambda: cluster.coordinator.task(stuck)["status"] == "running",
+                   30, "the old worker on the stuck task")
         with cluster.traffic() as traffic:
-            stuck = cluster.coordinator.route("stuck")
-            wait_until(lambda: cluster.coordinator.task(stuck)["status"] == "running",
-                             30, "the old worker on the stuck task")
             run = cluster.migrate(new)
     finally:
         requests.post(standin, json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
