@@ -128,6 +128,12 @@ class Standin:
         self.stop()
         return self.start()
 
+    def __enter__(self) -> Standin:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def config(self, **settings: Any) -> dict[str, Any]:
         """Read (no arguments) or change the stand-in's settings (``/_standin/config``)."""
         request = urllib.request.Request(
@@ -186,3 +192,9 @@ class CoordinatorProcess:
 
     def stop(self) -> None:
         self.process.stop()
+
+    def __enter__(self) -> CoordinatorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -126,13 +126,10 @@ EXAMPLES = r"""
 
 - name: After the move, exactly the new web worker, with the shipped version
   coordinator_workers:
-    coordinator_url: http://192.168.0.40:8000
-    coordinator_token: "{{ vault_coordinator_token }}"
+    coordinator_url: "{{ coordinator_url }}"
+    coordinator_token: "{{ coordinator_token }}"
     kind: web
-    expected:
-      - host: 192.168.0.43
-        pid: 812
-        version: "2.1"
+    expected: [{host: 192.168.0.43, pid: 812, version: "2.1"}]
     require: exactly
     wait_for_heartbeats: true
   register: registry

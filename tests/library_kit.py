@@ -1,18 +1,46 @@
 """What the tests of the modules of library/ share: their documentation as ansible-doc reads
-it, and the module imported as code (tests/conftest.py makes module_utils importable where
-Ansible puts them)."""
+it, the module imported as code (tests/conftest.py makes module_utils importable where
+Ansible puts them), and the environment that runs them through Ansible."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
-ANSIBLE_DOC = Path(sys.executable).parent / "ansible-doc"
+VENV_BIN = Path(sys.executable).parent
+ANSIBLE_DOC = VENV_BIN / "ansible-doc"
+
+
+def module_env(workdir: Path, **extra: str) -> dict[str, str]:
+    """Ansible run from ``workdir`` with this repository's modules and the JSON callback, and
+    none of this environment's ANSIBLE_* settings or any ansible.cfg (an empty one of its own),
+    so a developer's configuration cannot change what a test sees."""
+    config = workdir / "ansible.cfg"
+    config.write_text("[defaults]\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    env.update({
+        "ANSIBLE_CONFIG": str(config),
+        "ANSIBLE_HOME": str(workdir / "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(workdir / "ansible-tmp"),
+        "ANSIBLE_LIBRARY": str(REPO / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "true",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+        "ANSIBLE_NOCOLOR": "true",
+        "ANSIBLE_RETRY_FILES_ENABLED": "false",
+        "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+    })
+    env.update(extra)
+    return env
 
 
 def module_doc(name: str) -> dict:

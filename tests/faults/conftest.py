@@ -2,6 +2,7 @@
 stand-ins and workers started as a user starts them."""
 
 from tests.workers.conftest import (  # noqa: F401  (fixtures, found by name)
+    busy_worker,
     coordinator,
     ollama,
     rds,

@@ -8,14 +8,10 @@ import signal
 from tests.workers.conftest import wait_until
 
 
-def test_restarted_worker_finishes_a_running_task_redis_forgot(web_env, start_worker,
+def test_restarted_worker_finishes_a_running_task_redis_forgot(web_env, busy_worker, start_worker,
                                                                 coordinator, tasks, ollama,
                                                                 rds):
-    worker = start_worker(web_env)
-    worker.wait_for("Waiting on queues ['tasks:web']")
-    ollama.config(latency=30)
-    task_id = coordinator.route("fault: redis forgot me", "web_search")
-    tasks.wait_status(task_id, "running")
+    worker, task_id = busy_worker(web_env, latency=30, prompt="fault: redis forgot me")
     worker.signal(signal.SIGKILL)
     worker.wait_exit()
     processing = f"processing:{web_env['WORKER_ID']}"

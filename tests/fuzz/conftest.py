@@ -18,9 +18,8 @@ TOKEN = "fuzz-token-0123456789"
 @pytest.fixture(scope="session")
 def guarded(pg: ThrowawayPostgres, redis_server: ThrowawayRedis,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
-    coord = Coordinator(pg, redis_server, tmp_path_factory.mktemp("fuzz"), token=TOKEN)
-    yield coord
-    coord.stop()
+    with Coordinator(pg, redis_server, tmp_path_factory.mktemp("fuzz"), token=TOKEN) as coord:
+        yield coord
 
 
 @pytest.fixture

@@ -60,8 +60,6 @@ def coordinator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[CoordinatorProcess]:
     """The real Coordinator (``python -m coordinator``), with a token, on a free port."""
-    running = start_coordinator(tasks_db, probe_redis, tmp_path_factory.mktemp("coordinator"))
-    try:
+    with start_coordinator(tasks_db, probe_redis,
+                           tmp_path_factory.mktemp("coordinator")) as running:
         yield running
-    finally:
-        running.stop()

@@ -10,7 +10,6 @@ docs/design.md while the module waits.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from lab.processes import CoordinatorProcess
 from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis
 
 from ..conftest import create_schema
+from ..library_kit import module_env
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -107,21 +107,6 @@ def _playbook(args: dict[str, object], module: str) -> str:
     return json.dumps(play, ensure_ascii=False)
 
 
-def _env(tmp: Path, extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update({
-        "ANSIBLE_LIBRARY": str(REPO / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
-        "ANSIBLE_HOME": str(tmp / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-    })
-    env.update(extra)
-    return env
-
-
 def start_probe(
     tmp: Path, args: dict[str, object], check: bool = False, env: dict[str, str] | None = None,
     module: str = "coordinator_task",
@@ -136,7 +121,7 @@ def start_probe(
     if check:
         command.append("--check")
     return subprocess.Popen(
-        command, cwd=tmp, env=_env(tmp, env or {}), text=True,
+        command, cwd=tmp, env=module_env(tmp, **(env or {})), text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
 

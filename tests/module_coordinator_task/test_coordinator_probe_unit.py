@@ -8,39 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from module_utils.coordinator_probe import (
-    SELECT_TASK_SQL,
-    TASK_COLUMNS,
-    Expectation,
-    ProbeError,
-    TaskRow,
-    build_conninfo,
-    build_route_request,
-    check_options,
-    describe_http_error,
-    describe_missing_table,
-    describe_pg_connect_error,
-    describe_row_not_found,
-    describe_success,
-    describe_target,
-    describe_timeout,
-    describe_unreachable,
-    durations,
-    first_line,
-    is_final,
-    judge_final,
-    parse_route_answer,
-    result_fields,
-    row_from_tuple,
-)
+from module_utils import coordinator_probe as probe
 
 TID = "2f0c1d9e-8a4b-4c55-9d1e-6b7f3a2c9e10"
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
 TARGET = "user coordinator at 127.0.0.1:5432, database coordinator"
 
 
-def done_row(**changes: object) -> TaskRow:
-    row = TaskRow(
+def done_row(**changes: object) -> probe.TaskRow:
+    row = probe.TaskRow(
         id=TID,
         task_type="web_search",
         status="done",
@@ -58,14 +34,14 @@ def done_row(**changes: object) -> TaskRow:
     return replace(row, **changes)
 
 
-STRICT = Expectation(worker_host="macbookair", allow_fallback=False)
+STRICT = probe.Expectation(worker_host="macbookair", allow_fallback=False)
 
 
 # -- route request ---------------------------------------------------------------------------
 
 
 def test_route_request_minimal_body_without_token():
-    req = build_route_request(
+    req = probe.build_route_request(
         coordinator_url="http://127.0.0.1:8000/",
         coordinator_token=None,
         prompt="What is the weather in Tokyo today?",
@@ -83,7 +59,7 @@ def test_route_request_minimal_body_without_token():
 
 
 def test_route_request_with_token_model_and_worker():
-    req = build_route_request(
+    req = probe.build_route_request(
         coordinator_url="http://127.0.0.1:8000",
         coordinator_token="s3cret",
         prompt="hi",
@@ -98,7 +74,7 @@ def test_route_request_with_token_model_and_worker():
 
 
 def test_route_request_keeps_non_ascii_prompt():
-    req = build_route_request(
+    req = probe.build_route_request(
         coordinator_url="http://127.0.0.1:8000", coordinator_token=None,
         prompt="今日の東京の天気は？", task_type="web_search", model=None, target_worker=None,
     )
@@ -107,13 +83,13 @@ def test_route_request_keeps_non_ascii_prompt():
 
 def test_parse_route_answer_returns_task_id():
     body = json.dumps({"task_id": TID, "queue": "tasks:web", "status": "queued"}).encode()
-    assert parse_route_answer("http://127.0.0.1:8000", body) == TID
+    assert probe.parse_route_answer("http://127.0.0.1:8000", body) == TID
 
 
 @pytest.mark.parametrize("body", [b"<html>hello</html>", b'{"queue": "tasks:web"}', b"[]"])
 def test_parse_route_answer_without_task_id(body):
-    with pytest.raises(ProbeError) as err:
-        parse_route_answer("http://127.0.0.1:8000", body)
+    with pytest.raises(probe.ProbeError) as err:
+        probe.parse_route_answer("http://127.0.0.1:8000", body)
     assert str(err.value) == (
         f"Coordinator at http://127.0.0.1:8000 answered POST /route without a task_id "
         f"({body.decode()}); check coordinator_url points at the Coordinator API"
@@ -124,21 +100,21 @@ def test_parse_route_answer_without_task_id(body):
 
 
 def test_http_401_with_token_says_check_token():
-    assert describe_http_error("http://127.0.0.1:8000", 401, b'{"error": "x"}', True) == (
+    assert probe.describe_http_error("http://127.0.0.1:8000", 401, b'{"error": "x"}', True) == (
         "Coordinator at http://127.0.0.1:8000 refused the token (401 on POST /route): "
         "check coordinator_token"
     )
 
 
 def test_http_401_without_token_says_set_token():
-    assert describe_http_error("http://127.0.0.1:8000", 401, b"", False) == (
+    assert probe.describe_http_error("http://127.0.0.1:8000", 401, b"", False) == (
         "Coordinator at http://127.0.0.1:8000 needs a token (401 on POST /route): "
         "set coordinator_token"
     )
 
 
 def test_http_404_says_check_url():
-    assert describe_http_error("http://127.0.0.1:8000/api", 404, b"Not Found", False) == (
+    assert probe.describe_http_error("http://127.0.0.1:8000/api", 404, b"Not Found", False) == (
         "Coordinator at http://127.0.0.1:8000/api answered 404 on POST /route (Not Found): "
         "check coordinator_url points at the Coordinator API"
     )
@@ -146,20 +122,20 @@ def test_http_404_says_check_url():
 
 def test_http_4xx_shows_coordinator_error_line():
     body = json.dumps({"error": "unknown task_type 'x': use web_search, rag, generate"}).encode()
-    assert describe_http_error("http://127.0.0.1:8000", 422, body, False) == (
+    assert probe.describe_http_error("http://127.0.0.1:8000", 422, body, False) == (
         "Coordinator at http://127.0.0.1:8000 answered 422 on POST /route: "
         "unknown task_type 'x': use web_search, rag, generate"
     )
 
 
 def test_http_5xx_with_empty_body():
-    assert describe_http_error("http://127.0.0.1:8000", 503, b"", False) == (
+    assert probe.describe_http_error("http://127.0.0.1:8000", 503, b"", False) == (
         "Coordinator at http://127.0.0.1:8000 answered 503 on POST /route: (empty answer)"
     )
 
 
 def test_unreachable_says_check_url():
-    assert describe_unreachable("http://127.0.0.1:9", "[Errno 111] Connection refused") == (
+    assert probe.describe_unreachable("http://127.0.0.1:9", "[Errno 111] Connection refused") == (
         "Coordinator unreachable at http://127.0.0.1:9 ([Errno 111] Connection refused): "
         "check coordinator_url"
     )
@@ -179,48 +155,49 @@ def pg_options(**changes: object) -> dict[str, object]:
 
 
 def test_conninfo_from_login_options():
-    assert build_conninfo(**pg_options()) == (
+    assert probe.build_conninfo(**pg_options()) == (
         "host='127.0.0.1' port='5432' dbname='coordinator' user='coordinator' "
         "password='pw' sslmode='prefer'"
     )
 
 
 def test_conninfo_quotes_spaces_quotes_and_backslashes():
-    conninfo = build_conninfo(**pg_options(login_password="a b'c\\d"))
+    conninfo = probe.build_conninfo(**pg_options(login_password="a b'c\\d"))
     assert "password='a b\\'c\\\\d'" in conninfo
 
 
 def test_conninfo_psycopg_parses_quoted_values_back():
     from psycopg.conninfo import conninfo_to_dict
 
-    parsed = conninfo_to_dict(build_conninfo(**pg_options(login_password="a b'c\\d")))
+    parsed = conninfo_to_dict(probe.build_conninfo(**pg_options(login_password="a b'c\\d")))
     assert parsed["password"] == "a b'c\\d"
 
 
 def test_conninfo_without_host_or_password_uses_libpq_defaults():
-    conninfo = build_conninfo(**pg_options(login_host="", login_password=""))
+    conninfo = probe.build_conninfo(**pg_options(login_host="", login_password=""))
     assert "host=" not in conninfo
     assert "password=" not in conninfo
 
 
 def test_conninfo_unix_socket_wins_over_host():
-    conninfo = build_conninfo(**pg_options(login_unix_socket="/run/postgresql"))
+    conninfo = probe.build_conninfo(**pg_options(login_unix_socket="/run/postgresql"))
     assert conninfo.startswith("host='/run/postgresql' ")
 
 
 def test_conninfo_pg_dsn_wins():
     dsn = "host=127.0.0.1 dbname=coordinator user=coordinator password=x"
-    assert build_conninfo(**pg_options(pg_dsn=dsn)) == dsn
+    assert probe.build_conninfo(**pg_options(pg_dsn=dsn)) == dsn
 
 
 def test_describe_target_never_shows_password():
     params = {"host": "127.0.0.1", "port": "5433", "user": "coordinator",
               "dbname": "coordinator", "password": "s3cret"}
-    assert describe_target(params) == "user coordinator at 127.0.0.1:5433, database coordinator"
+    assert probe.describe_target(params) == (
+        "user coordinator at 127.0.0.1:5433, database coordinator")
 
 
 def test_describe_target_defaults():
-    assert describe_target({"user": "coordinator"}) == (
+    assert probe.describe_target({"user": "coordinator"}) == (
         "user coordinator at the default Unix socket, port 5432, database coordinator"
     )
 
@@ -230,7 +207,7 @@ def test_pg_password_refused():
         'connection to server at "127.0.0.1", port 5432 failed: FATAL:  password '
         'authentication failed for user "coordinator"\n'
     )
-    assert describe_pg_connect_error(TARGET, error) == (
+    assert probe.describe_pg_connect_error(TARGET, error) == (
         f"PostgreSQL refused login for {TARGET}: {error.strip()}; check "
         "login_user/login_password (or pg_dsn), and that a pg_hba.conf line allows this host"
     )
@@ -241,7 +218,7 @@ def test_pg_hba_line_missing():
         'connection to server at "127.0.0.1", port 5432 failed: FATAL:  no pg_hba.conf entry '
         'for host "192.168.0.43", user "coordinator", database "coordinator", no encryption'
     )
-    assert describe_pg_connect_error(TARGET, error) == (
+    assert probe.describe_pg_connect_error(TARGET, error) == (
         f"PostgreSQL refused login for {TARGET}: {error}; a pg_hba.conf line allowing this "
         "host is missing on the database server"
     )
@@ -252,7 +229,7 @@ def test_pg_database_missing():
         'connection to server at "127.0.0.1", port 5432 failed: FATAL:  database "x" does not '
         "exist"
     )
-    assert describe_pg_connect_error(TARGET, error) == (
+    assert probe.describe_pg_connect_error(TARGET, error) == (
         f"PostgreSQL refused login for {TARGET}: {error}; check login_db/login_user"
     )
 
@@ -262,7 +239,7 @@ def test_pg_unreachable_keeps_first_line_only():
         'connection to server at "127.0.0.1", port 1 failed: Connection refused\n'
         "\tIs the server running on that host and accepting TCP/IP connections?\n"
     )
-    assert describe_pg_connect_error(TARGET, error) == (
+    assert probe.describe_pg_connect_error(TARGET, error) == (
         f'PostgreSQL unreachable for {TARGET}: connection to server at "127.0.0.1", port 1 '
         "failed: Connection refused; check login_host/login_port (or pg_dsn) and that the "
         "server listens on that address"
@@ -270,7 +247,7 @@ def test_pg_unreachable_keeps_first_line_only():
 
 
 def test_missing_table():
-    assert describe_missing_table(TARGET, 'relation "tasks" does not exist\nLINE 1: ...') == (
+    assert probe.describe_missing_table(TARGET, 'relation "tasks" does not exist\nLINE 1: ...') == (
         f'no tasks table for {TARGET} (relation "tasks" does not exist): the Coordinator '
         "writes to another database; point login_host/login_db (or pg_dsn) at the "
         "Coordinator's PG_DSN"
@@ -278,7 +255,7 @@ def test_missing_table():
 
 
 def test_row_not_found():
-    assert describe_row_not_found(TID, TARGET) == (
+    assert probe.describe_row_not_found(TID, TARGET) == (
         f"task {TID} not found in PostgreSQL ({TARGET}): the Coordinator writes to another "
         "database than the one checked; point login_host/login_db (or pg_dsn) at the "
         "Coordinator's PG_DSN"
@@ -286,18 +263,18 @@ def test_row_not_found():
 
 
 def test_first_line():
-    assert first_line("\n  FATAL: x \nDETAIL: y") == "FATAL: x"
-    assert first_line("") == "(no message)"
+    assert probe.first_line("\n  FATAL: x \nDETAIL: y") == "FATAL: x"
+    assert probe.first_line("") == "(no message)"
 
 
 # -- the row ---------------------------------------------------------------------------------
 
 
 def test_select_reads_every_taskrow_field_in_order():
-    assert len(TASK_COLUMNS) == len(TaskRow.__dataclass_fields__)
-    assert SELECT_TASK_SQL.startswith("SELECT id::text, task_type, status, queue, worker,")
-    row = row_from_tuple([TID, "web_search", "queued", "tasks:web", "default", None, None, None,
-                          False, None, T0, None, None])
+    assert len(probe.TASK_COLUMNS) == len(probe.TaskRow.__dataclass_fields__)
+    assert probe.SELECT_TASK_SQL.startswith("SELECT id::text, task_type, status, queue, worker,")
+    row = probe.row_from_tuple([TID, "web_search", "queued", "tasks:web", "default", None, None,
+                                None, False, None, T0, None, None])
     assert row.worker == "default"
     assert row.created_at == T0
 
@@ -305,108 +282,112 @@ def test_select_reads_every_taskrow_field_in_order():
 @pytest.mark.parametrize(("status", "final"),
                          [("queued", False), ("running", False), ("done", True), ("failed", True)])
 def test_is_final(status, final):
-    assert is_final(done_row(status=status)) is final
+    assert probe.is_final(done_row(status=status)) is final
 
 
 def test_done_on_expected_host_is_ok():
-    assert judge_final(done_row(), STRICT) is None
+    assert probe.judge_final(done_row(), STRICT) is None
 
 
 def test_host_comparison_ignores_case():
-    assert judge_final(done_row(worker_host="MacBookAir"), STRICT) is None
+    assert probe.judge_final(done_row(worker_host="MacBookAir"), STRICT) is None
 
 
 def test_any_host_when_none_expected():
-    assert judge_final(done_row(worker_host="ai-core"), Expectation(None, False)) is None
+    row = done_row(worker_host="ai-core")
+    assert probe.judge_final(row, probe.Expectation(None, False)) is None
 
 
 def test_done_on_wrong_host():
-    assert judge_final(done_row(worker_host="ai-core"), STRICT) == (
+    assert probe.judge_final(done_row(worker_host="ai-core"), STRICT) == (
         f"task {TID} done on ai-core, expected macbookair"
     )
 
 
 def test_done_without_host_names_the_worker_id():
-    assert judge_final(done_row(worker_host=None), STRICT) == (
+    assert probe.judge_final(done_row(worker_host=None), STRICT) == (
         f"task {TID} done on web-worker-macbookair, expected macbookair"
     )
 
 
 def test_fallback_refused_by_default():
-    assert judge_final(done_row(fallback=True), STRICT) == (
+    assert probe.judge_final(done_row(fallback=True), STRICT) == (
         f"task {TID} done with fallback: summarisation failed on macbookair"
     )
 
 
 def test_fallback_allowed():
-    assert judge_final(done_row(fallback=True), Expectation("macbookair", True)) is None
+    assert probe.judge_final(done_row(fallback=True), probe.Expectation("macbookair", True)) is None
 
 
 def test_wrong_host_is_reported_before_fallback():
     row = done_row(worker_host="ai-core", fallback=True)
-    assert judge_final(row, STRICT) == f"task {TID} done on ai-core, expected macbookair"
+    assert probe.judge_final(row, STRICT) == f"task {TID} done on ai-core, expected macbookair"
 
 
 def test_failed_task():
     row = done_row(status="failed", result=None, error="SearXNG at http://127.0.0.1:8888 timed out")
-    assert judge_final(row, STRICT) == (
+    assert probe.judge_final(row, STRICT) == (
         f"task {TID} failed on macbookair: SearXNG at http://127.0.0.1:8888 timed out"
     )
 
 
 def test_failed_task_without_error_or_host():
     row = done_row(status="failed", worker_host=None, worker_id=None, error=None)
-    assert judge_final(row, STRICT) == f"task {TID} failed on an unknown host: no error recorded"
+    assert probe.judge_final(row, STRICT) == (
+        f"task {TID} failed on an unknown host: no error recorded")
 
 
 def test_timeout_still_queued_web():
     row = done_row(status="queued", worker="default", worker_id=None, worker_host=None,
                    started_at=None, finished_at=None)
     expected = f"task {TID} still 'queued' after 30s: no web worker took it"
-    assert describe_timeout(row, 30) == expected
+    assert probe.describe_timeout(row, 30) == expected
 
 
 def test_timeout_still_queued_rag():
     row = done_row(task_type="rag", status="queued", worker_id=None, worker_host=None)
     expected = f"task {TID} still 'queued' after 30s: no RAG worker took it"
-    assert describe_timeout(row, 30) == expected
+    assert probe.describe_timeout(row, 30) == expected
 
 
 @pytest.mark.parametrize("task_type", ["generate", "chat", "summarize"])
 def test_timeout_still_queued_inference(task_type):
     row = done_row(task_type=task_type, status="queued", queue=None, worker="macbookair",
                    worker_id=None, worker_host=None)
-    assert describe_timeout(row, 60) == f"task {TID} still 'queued' after 60s: no worker took it"
+    assert probe.describe_timeout(row, 60) == (
+        f"task {TID} still 'queued' after 60s: no worker took it")
 
 
 def test_timeout_still_running():
     row = done_row(status="running", finished_at=None, result=None)
-    assert describe_timeout(row, 30) == (
+    assert probe.describe_timeout(row, 30) == (
         f"task {TID} still 'running' after 30s on web-worker-macbookair (macbookair)"
     )
 
 
 def test_timeout_still_running_without_names():
     row = done_row(status="running", worker_id=None, worker_host=None)
-    assert describe_timeout(row, 30) == (
+    assert probe.describe_timeout(row, 30) == (
         f"task {TID} still 'running' after 30s on an unknown worker (an unknown host)"
     )
 
 
 def test_timeout_unknown_status_is_named():
-    assert describe_timeout(done_row(status="paused"), 5) == f"task {TID} still 'paused' after 5s"
+    row = done_row(status="paused")
+    assert probe.describe_timeout(row, 5) == f"task {TID} still 'paused' after 5s"
 
 
 def test_durations_from_table_timestamps():
-    assert durations(done_row()) == (4.125, 0.25)
+    assert probe.durations(done_row()) == (4.125, 0.25)
 
 
 def test_durations_unknown_until_set():
-    assert durations(done_row(started_at=None, finished_at=None)) == (None, None)
+    assert probe.durations(done_row(started_at=None, finished_at=None)) == (None, None)
 
 
 def test_result_fields():
-    fields = result_fields(done_row())
+    fields = probe.result_fields(done_row())
     assert fields == {
         "task_id": TID, "task_type": "web_search", "status": "done", "queue": "tasks:web",
         "worker": "web-worker", "worker_id": "web-worker-macbookair", "worker_host": "macbookair",
@@ -419,24 +400,24 @@ def test_result_fields():
 
 
 def test_success_message():
-    assert describe_success(done_row()) == (
+    assert probe.describe_success(done_row()) == (
         f"task {TID} done on web-worker-macbookair (macbookair) in 4.125s"
     )
 
 
 def test_probe_error_carries_fields():
-    assert ProbeError("x", {"task_id": TID}).fields == {"task_id": TID}
-    assert ProbeError("x").fields == {}
+    assert probe.ProbeError("x", {"task_id": TID}).fields == {"task_id": TID}
+    assert probe.ProbeError("x").fields == {}
 
 
 def test_check_options():
     url = "http://127.0.0.1:8000"
-    assert check_options(url, 60, 1.0) is None
-    assert check_options("https://127.0.0.1", 60, 1.0) is None
-    assert check_options("127.0.0.1:8000", 60, 1.0) == (
+    assert probe.check_options(url, 60, 1.0) is None
+    assert probe.check_options("https://127.0.0.1", 60, 1.0) is None
+    assert probe.check_options("127.0.0.1:8000", 60, 1.0) == (
         "coordinator_url='127.0.0.1:8000' is not an http(s) URL: use e.g. http://ai-core:8000"
     )
-    assert check_options(url, 0, 1.0) == (
+    assert probe.check_options(url, 0, 1.0) == (
         "timeout=0 is too small: give the task at least 1 second (default 60)"
     )
-    assert check_options(url, 5, 0) == "poll_interval=0 must be above 0 seconds (default 1)"
+    assert probe.check_options(url, 5, 0) == "poll_interval=0 must be above 0 seconds (default 1)"

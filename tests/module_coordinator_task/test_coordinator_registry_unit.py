@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from module_utils.coordinator_registry import (
-    Expected,
-    RegistryError,
-    Seen,
-    compare,
-    describe_serving,
-    heard_since,
-    parse_registry,
-    verdict,
-)
+from module_utils import coordinator_registry as reg
 
 HOSTS = {"10.89.20.42": "lab-worker-slow", "10.89.20.43": "lab-worker-fast"}
 
@@ -30,7 +21,7 @@ def registry(*workers: dict, ttl: float = 30.0) -> dict:
 
 
 def test_only_alive_workers_of_the_kind_are_read():
-    seen, ttl = parse_registry(registry(
+    seen, ttl = reg.parse_registry(registry(
         worker("web-worker-lab-worker-slow", "10.89.20.42", 812),
         worker("web-worker-old", "10.89.20.41", 99, alive=False),
         worker("lab-ai-core", "10.89.20.40", 77, kind="inference"),
@@ -40,18 +31,18 @@ def test_only_alive_workers_of_the_kind_are_read():
 
 
 def test_an_answer_that_is_not_the_registry_says_so():
-    with pytest.raises(RegistryError) as error:
-        parse_registry([{"worker_id": "x"}], "web")
+    with pytest.raises(reg.RegistryError) as error:
+        reg.parse_registry([{"worker_id": "x"}], "web")
     assert str(error.value) == ('GET /workers did not answer {"workers": [...]}: check '
                                 "coordinator_url points at the Coordinator API")
 
 
 def test_a_rogue_copy_on_an_inventory_host_is_named_with_how_to_stop_it():
-    seen, _ = parse_registry(registry(
+    seen, _ = reg.parse_registry(registry(
         worker("web-worker-lab-worker-slow", "10.89.20.42", 812),
         worker("web-worker-by-hand", "10.89.20.43", 4242, since=1.2),
     ), "web")
-    failure = verdict(seen, [Expected("10.89.20.42", 812)], "accounted", "web", HOSTS)
+    failure = reg.verdict(seen, [reg.Expected("10.89.20.42", 812)], "accounted", "web", HOSTS)
     assert failure == (
         "web-worker-by-hand on lab-worker-fast (10.89.20.43), pid 4242, v2.1, heartbeat 1.2 s "
         "ago: no service manager runs it there (a copy started by hand, outside "
@@ -60,46 +51,47 @@ def test_a_rogue_copy_on_an_inventory_host_is_named_with_how_to_stop_it():
 
 
 def test_a_worker_on_a_host_outside_the_inventory_is_named():
-    seen, _ = parse_registry(registry(worker("web-worker-elsewhere", "192.168.0.77", 31)), "web")
-    failure = verdict(seen, [], "accounted", "web", HOSTS)
+    elsewhere = worker("web-worker-elsewhere", "192.168.0.77", 31)
+    seen, _ = reg.parse_registry(registry(elsewhere), "web")
+    failure = reg.verdict(seen, [], "accounted", "web", HOSTS)
     assert failure == ("web-worker-elsewhere on 192.168.0.77, pid 31, v2.1, heartbeat 2.0 s "
                        "ago: a host outside the inventory (or left out of this run); stop it: "
                        "`kill 31` on 192.168.0.77")
 
 
 def test_the_same_host_with_another_pid_is_not_accounted_for():
-    seen = [Seen("w", "10.89.20.42", 900, "2.1", ("tasks:web",), 1.0)]
-    unaccounted, missing = compare(seen, [Expected("10.89.20.42", 812)])
+    seen = [reg.Seen("w", "10.89.20.42", 900, "2.1", ("tasks:web",), 1.0)]
+    unaccounted, missing = reg.compare(seen, [reg.Expected("10.89.20.42", 812)])
     assert [s.pid for s in unaccounted] == [900]
     assert [e.pid for e in missing] == [812]
 
 
 def test_exactly_also_wants_every_expected_worker_alive_with_its_version():
-    seen = [Seen("w", "10.89.20.43", 812, "2.0", ("tasks:web",), 1.0)]
-    expected = [Expected("10.89.20.43", 812, "2.1")]
-    assert verdict(seen, expected, "accounted", "web", HOSTS) == (
+    seen = [reg.Seen("w", "10.89.20.43", 812, "2.0", ("tasks:web",), 1.0)]
+    expected = [reg.Expected("10.89.20.43", 812, "2.1")]
+    assert reg.verdict(seen, expected, "accounted", "web", HOSTS) == (
         "w on lab-worker-fast (10.89.20.43), pid 812, v2.0, heartbeat 1.0 s ago: no service "
         "manager runs it there (a copy started by hand, outside systemd/launchd, or one its "
         "service manager lost); stop it: `kill 812` on lab-worker-fast (10.89.20.43)")
-    assert verdict([], expected, "exactly", "web", HOSTS) == (
+    assert reg.verdict([], expected, "exactly", "web", HOSTS) == (
         "the web worker pid 812 on lab-worker-fast (10.89.20.43) is not registered alive "
         "with version 2.1")
-    assert verdict([], expected, "accounted", "web", HOSTS) is None
-    assert verdict(seen, [], "none", "web", HOSTS) is None
+    assert reg.verdict([], expected, "accounted", "web", HOSTS) is None
+    assert reg.verdict(seen, [], "none", "web", HOSTS) is None
 
 
 def test_serving_line_names_the_queue_and_every_worker():
-    seen, _ = parse_registry(registry(worker("web-worker-lab-worker-slow", "10.89.20.42", 812)),
+    seen, _ = reg.parse_registry(registry(worker("web-worker-lab-worker-slow", "10.89.20.42", 812)),
                              "web")
-    assert describe_serving(seen, "web", HOSTS) == (
+    assert reg.describe_serving(seen, "web", HOSTS) == (
         "the Coordinator's registry lists 1 alive web worker serving tasks:web: "
         "web-worker-lab-worker-slow on lab-worker-slow (10.89.20.42), pid 812, v2.1, "
         "heartbeat 2.0 s ago")
-    assert describe_serving([], "web", HOSTS) == (
+    assert reg.describe_serving([], "web", HOSTS) == (
         "the Coordinator's registry lists no alive web worker")
 
 
 def test_only_a_heartbeat_after_the_first_read_proves_a_worker_alive():
-    stale = Seen("killed", "10.89.20.42", 1, None, (), 12.0)
-    fresh = Seen("rogue", "10.89.20.43", 2, None, (), 0.4)
-    assert heard_since([stale, fresh], waited=3.0) == [fresh]
+    stale = reg.Seen("killed", "10.89.20.42", 1, None, (), 12.0)
+    fresh = reg.Seen("rogue", "10.89.20.43", 2, None, (), 0.4)
+    assert reg.heard_since([stale, fresh], waited=3.0) == [fresh]

@@ -32,10 +32,8 @@ WORKER_HOST = "macbookair"
 
 @pytest.fixture(scope="module")
 def ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    standin = Standin("lab.standins.ollama",
-                      tmp_path_factory.mktemp("ollama") / "ollama.log").start()
-    yield standin
-    standin.stop()
+    with Standin("lab.standins.ollama", tmp_path_factory.mktemp("o") / "ollama.log") as up:
+        yield up
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,8 @@ import pytest
 from lab.processes import Standin
 from lab.throwaway import free_port
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
+from ..library_kit import REPO, VENV_BIN, module_env
+
 ROLE = REPO / "roles" / "ollama"
 
 
@@ -38,34 +37,9 @@ def model_names(standin: Standin) -> list[str]:
 @pytest.fixture
 def standin(tmp_path: Path) -> Iterator[Standin]:
     """A fresh stand-in with one model present; pulls take no time."""
-    server = Standin("lab.standins.ollama", tmp_path / "standin.log", "--pull-seconds", "0",
-                     "--models", "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M").start()
-    yield server
-    server.stop()
-
-
-def ansible_env(workdir: Path) -> dict[str, str]:
-    # An empty config of our own, so that no ansible.cfg (the repository's or the user's) applies.
-    config = workdir / "ansible.cfg"
-    config.write_text("[defaults]\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        {
-            "ANSIBLE_CONFIG": str(config),
-            "ANSIBLE_HOME": str(workdir / "ansible-home"),
-            "ANSIBLE_LIBRARY": str(REPO / "library"),
-            "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
-            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-            "ANSIBLE_LOCALHOST_WARNING": "false",
-            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "true",
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-            "ANSIBLE_NOCOLOR": "true",
-            "ANSIBLE_RETRY_FILES_ENABLED": "false",
-            "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-        }
-    )
-    return env
+    with Standin("lab.standins.ollama", tmp_path / "standin.log", "--pull-seconds", "0",
+                 "--models", "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M") as up:
+        yield up
 
 
 def host_results(stdout: str) -> list[dict[str, Any]]:
@@ -95,7 +69,7 @@ def run_module(tmp_path: Path):
         if check:
             command.append("--check")
         completed = subprocess.run(
-            command, cwd=tmp_path, env=ansible_env(tmp_path), capture_output=True, text=True
+            command, cwd=tmp_path, env=module_env(tmp_path), capture_output=True, text=True
         )
         results = host_results(completed.stdout)
         assert len(results) == 1, completed.stdout + completed.stderr
@@ -121,7 +95,7 @@ def run_playbook(tmp_path: Path):
         command = [str(VENV_BIN / "ansible-playbook"), str(path)]
         if extra_vars is not None:
             command += ["--extra-vars", json.dumps(extra_vars)]
-        env = ansible_env(tmp_path)
+        env = module_env(tmp_path)
         if path_prefix is not None:
             # Test doubles of host commands (e.g. launchctl) found first on PATH.
             env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"

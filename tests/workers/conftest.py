@@ -30,6 +30,8 @@ PYTHON = sys.executable
 MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
 HEARTBEAT_TTL = 2
 DEFAULT_WAIT = 20.0
+WAITING = "Waiting on queues ['tasks:web']"
+TOKYO = "今日の東京の天気は？"
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_WAIT,
@@ -40,18 +42,14 @@ def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_WAIT,
 
 @pytest.fixture(scope="session")
 def searxng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    standin = Standin("lab.standins.searxng",
-                      tmp_path_factory.mktemp("searxng") / "searxng.log").start()
-    yield standin
-    standin.stop()
+    with Standin("lab.standins.searxng", tmp_path_factory.mktemp("s") / "searxng.log") as up:
+        yield up
 
 
 @pytest.fixture(scope="session")
 def ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    standin = Standin("lab.standins.ollama",
-                      tmp_path_factory.mktemp("ollama") / "ollama.log").start()
-    yield standin
-    standin.stop()
+    with Standin("lab.standins.ollama", tmp_path_factory.mktemp("o") / "ollama.log") as up:
+        yield up
 
 
 class Coordinator(CoordinatorProcess):
@@ -80,9 +78,8 @@ class Coordinator(CoordinatorProcess):
 @pytest.fixture(scope="session")
 def coordinator(pg: ThrowawayPostgres, redis_server: ThrowawayRedis,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
-    coord = Coordinator(pg, redis_server, tmp_path_factory.mktemp("coordinator"))
-    yield coord
-    coord.stop()
+    with Coordinator(pg, redis_server, tmp_path_factory.mktemp("coordinator")) as coord:
+        yield coord
 
 
 @pytest.fixture
@@ -188,3 +185,20 @@ def start_worker(tmp_path: Path) -> Iterator[WorkerFactory]:
     yield start
     for process in started:
         process.stop(grace=0)
+
+
+@pytest.fixture
+def busy_worker(start_worker: WorkerFactory, coordinator: Coordinator, tasks: Tasks,
+                ollama: Standin) -> Callable[..., tuple[Process, str]]:
+    """``busy_worker(env, latency)``: a web worker in the middle of a task (its id returned
+    with the worker) while Ollama takes ``latency`` seconds to answer."""
+
+    def start(env: dict[str, str], latency: float, prompt: str = TOKYO) -> tuple[Process, str]:
+        worker = start_worker(env)
+        worker.wait_for(WAITING)
+        ollama.config(latency=latency)
+        task_id = coordinator.route(prompt, "web_search")
+        tasks.wait_status(task_id, "running")
+        return worker, task_id
+
+    return start

@@ -13,12 +13,10 @@ import worker_web
 
 from lab.throwaway import free_port
 
-from .conftest import FILES, MODEL, PYTHON, Coordinator, wait_until
+from .conftest import FILES, MODEL, PYTHON, TOKYO, WAITING, Coordinator, wait_until
 
 START_LINES = ["Redis OK", "PostgreSQL OK", "SearXNG OK", "Ollama OK", "register",
                "Waiting on queues ['tasks:web']"]
-WAITING = "Waiting on queues ['tasks:web']"
-TOKYO = "今日の東京の天気は？"
 
 
 def messages(service) -> list[str]:
@@ -138,14 +136,10 @@ def test_search_failure_fails_the_task_with_the_reason(how, web_env, start_worke
     assert rds.llen(f"processing:{web_env['WORKER_ID']}") == 0
 
 
-def test_db_write_failure_is_retried_and_shown_in_the_heartbeat(web_env, start_worker,
+def test_db_write_failure_is_retried_and_shown_in_the_heartbeat(web_env, busy_worker,
                                                                 coordinator, tasks, ollama,
                                                                 pg, rds):
-    worker = start_worker(web_env)
-    worker.wait_for(WAITING)
-    ollama.config(latency=3)
-    task_id = coordinator.route(TOKYO, "web_search")
-    tasks.wait_status(task_id, "running")
+    worker, task_id = busy_worker(web_env, latency=3)
     processing = f"processing:{web_env['WORKER_ID']}"
     pg.psql("REVOKE UPDATE ON tasks FROM coordinator")
     try:
@@ -193,13 +187,9 @@ def test_coordinator_outage_is_logged_once_and_work_goes_on(web_env, start_worke
 
 # --- process life --------------------------------------------------------------------------
 
-def test_kill_9_mid_task_then_restart_finishes_it_once(web_env, start_worker, coordinator,
+def test_kill_9_mid_task_then_restart_finishes_it_once(web_env, busy_worker, start_worker,
                                                       tasks, ollama, rds):
-    worker = start_worker(web_env)
-    worker.wait_for(WAITING)
-    ollama.config(latency=30)
-    task_id = coordinator.route(TOKYO, "web_search")
-    tasks.wait_status(task_id, "running")
+    worker, task_id = busy_worker(web_env, latency=30)
     worker.signal(signal.SIGKILL)
     worker.wait_exit()
     processing = f"processing:{web_env['WORKER_ID']}"
@@ -220,13 +210,9 @@ def test_kill_9_mid_task_then_restart_finishes_it_once(web_env, start_worker, co
     assert tasks.get(task_id)["finished_at"] == row["finished_at"]
 
 
-def test_sigterm_finishes_the_current_task_then_exits_0(web_env, start_worker, coordinator,
+def test_sigterm_finishes_the_current_task_then_exits_0(web_env, busy_worker, coordinator,
                                                        tasks, ollama):
-    worker = start_worker(web_env)
-    worker.wait_for(WAITING)
-    ollama.config(latency=2)
-    task_id = coordinator.route(TOKYO, "web_search")
-    tasks.wait_status(task_id, "running")
+    worker, task_id = busy_worker(web_env, latency=2)
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit(40) == 0
     row = tasks.get(task_id)
@@ -242,13 +228,9 @@ def test_sigterm_finishes_the_current_task_then_exits_0(web_env, start_worker, c
     assert registered["stopped_at"] is not None
 
 
-def test_sigterm_gives_up_after_the_shutdown_timeout(web_env, start_worker, coordinator, tasks,
+def test_sigterm_gives_up_after_the_shutdown_timeout(web_env, busy_worker, coordinator, tasks,
                                                      ollama, rds):
-    worker = start_worker({**web_env, "SHUTDOWN_TIMEOUT": "1"})
-    worker.wait_for(WAITING)
-    ollama.config(latency=30)
-    task_id = coordinator.route(TOKYO, "web_search")
-    tasks.wait_status(task_id, "running")
+    worker, task_id = busy_worker({**web_env, "SHUTDOWN_TIMEOUT": "1"}, latency=30)
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit() == 1
     processing = f"processing:{web_env['WORKER_ID']}"
@@ -443,14 +425,10 @@ def test_coordinator_token(web_env, start_worker, pg, redis_server, tmp_path):
 
 
 # Last in the file: it restarts the session's PostgreSQL.
-def test_postgres_restart_mid_task_lock_retaken_and_result_written(web_env, start_worker,
+def test_postgres_restart_mid_task_lock_retaken_and_result_written(web_env, busy_worker,
                                                                    coordinator, tasks, ollama,
                                                                    pg, rds):
-    worker = start_worker(web_env)
-    worker.wait_for(WAITING)
-    ollama.config(latency=3)
-    task_id = coordinator.route(TOKYO, "web_search")
-    tasks.wait_status(task_id, "running")
+    worker, task_id = busy_worker(web_env, latency=3)
     pg.restart()
     row = tasks.wait_status(task_id, "done", "failed", timeout=30)
     assert (row["status"], row["attempts"]) == ("done", 1)
