@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from lab.processes import CoordinatorProcess, Process, Standin
+from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "files"
 PYTHON = sys.executable
-MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+MODEL = DEFAULT_MODEL
 
 
 def standin(module: str, logdir: Path, **settings: Any) -> Standin:

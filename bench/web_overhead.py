@@ -29,9 +29,10 @@ from pathlib import Path
 import common
 import psycopg
 
+from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import wait_for_port
 
-STANDIN_MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+STANDIN_MODEL = DEFAULT_MODEL
 TIMED_PATHS = ("/search", "/api/generate")
 
 

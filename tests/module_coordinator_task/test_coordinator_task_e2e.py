@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from lab.processes import CoordinatorProcess, Process, Standin
+from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import ThrowawayRedis, ship_worker_programs
 
 from .coordinator_task_harness import (
@@ -23,7 +24,7 @@ from .coordinator_task_harness import (
     unique_prompt,
 )
 
-MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+MODEL = DEFAULT_MODEL
 # Not the id the SQL worker of the other tests uses: once this worker is stopped and dead,
 # the Reaper may fail web tasks still running under its id.
 WORKER_ID = "web-worker-e2e"

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lab.processes import Standin
+from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import free_port
 
 from ..library_kit import REPO, VENV_BIN, module_env
@@ -38,7 +39,7 @@ def model_names(standin: Standin) -> list[str]:
 def standin(tmp_path: Path) -> Iterator[Standin]:
     """A fresh stand-in with one model present; pulls take no time."""
     with Standin("lab.standins.ollama", tmp_path / "standin.log", "--pull-seconds", "0",
-                 "--models", "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M") as up:
+                 "--models", DEFAULT_MODEL) as up:
         yield up
 
 

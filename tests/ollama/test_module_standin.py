@@ -9,11 +9,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lab.standins.ollama import NO_MANIFEST, layers_for
+from lab.standins.ollama import DEFAULT_MODEL, NO_MANIFEST, layers_for
 
 from .conftest import model_names
 
-HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+HF = DEFAULT_MODEL
 
 
 def test_pull_missing_model_then_nothing_to_do(standin, run_module):

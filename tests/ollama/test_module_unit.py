@@ -7,9 +7,10 @@ import json
 import pytest
 from coordinator_contract import canonical_model_name
 
+from lab.standins.ollama import DEFAULT_MODEL
 from library import ollama_model as om
 
-HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+HF = DEFAULT_MODEL
 
 
 @pytest.mark.parametrize(

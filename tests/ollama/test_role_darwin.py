@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
+from lab.standins.ollama import DEFAULT_MODEL
+
 from .conftest import model_names
 
 DOUBLES = Path(__file__).resolve().parents[1] / "doubles"
-HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+HF = DEFAULT_MODEL
 UID = 501
 
 

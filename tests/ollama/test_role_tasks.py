@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from lab.standins.ollama import DEFAULT_MODEL
+
 from .conftest import model_names
 
-HF = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+HF = DEFAULT_MODEL
 DEBIAN = {
     "os_family": "Debian",
     "service_mgr": "systemd",

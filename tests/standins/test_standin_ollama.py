@@ -8,7 +8,9 @@ import time
 import pytest
 import requests
 
-LFM = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+from lab.standins.ollama import DEFAULT_MODEL
+
+LFM = DEFAULT_MODEL
 PROMPT = "今日の東京の天気は？ 次の検索結果を短く要約してください。"
 
 

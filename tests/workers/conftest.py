@@ -22,12 +22,13 @@ import requests
 
 from lab import throwaway
 from lab.processes import CoordinatorProcess, Process, Standin
+from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "files"
 PYTHON = sys.executable
-MODEL = "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
+MODEL = DEFAULT_MODEL
 HEARTBEAT_TTL = 2
 DEFAULT_WAIT = 20.0
 WAITING = "Waiting on queues ['tasks:web']"
