@@ -196,8 +196,9 @@ def test_secrets_never_reach_the_output(runs):
 
 def test_missing_vault_secret_names_the_variable_and_the_fix(tmp_path):
     output = play(tmp_path, BOTH, entry="main", worker_db_password="")
-    assert ("worker_db_password is not set: add it to inventory/<name>/group_vars/all/vault.yml "
-            "(copy vault.yml.example, fill it in, then ansible-vault encrypt it)") in output
+    assert ("worker_db_password is not set (missing, empty or still CHANGE_ME): add it to "
+            "inventory/<name>/group_vars/all/vault.yml (copy vault.yml.example, fill it in, then "
+            "ansible-vault encrypt it)") in output
     assert not plist(tmp_path, WEB_LABEL).exists()
 
 

@@ -1,0 +1,31 @@
+"""A secret left as the vault example's placeholder (or empty) stops each role's preflight
+with a message naming the variable and the fix, and no secret's value in the output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import HERE, run
+
+SECRETS = {
+    "coordinator": ("coordinator_db_password", "coordinator_redis_password", "coordinator_token"),
+    "worker": ("worker_db_password", "worker_redis_password", "worker_coordinator_token"),
+}
+
+
+@pytest.mark.parametrize("placeholder", ["CHANGE_ME", ""], ids=["placeholder", "empty"])
+@pytest.mark.parametrize("role", sorted(SECRETS))
+def test_a_secret_not_filled_in_stops_the_preflight_naming_it(role, placeholder):
+    first, missing, last = SECRETS[role]
+    values = {first: "first-secret-value", missing: placeholder, last: "last-secret-value",
+              "role": role, "worker_instances": [{"name": "web", "kind": "web"}]}
+    result = run(["ansible-playbook", "-i", "localhost,", str(HERE / "playbooks" /
+                  "preflight_secrets.yml"), "-e", json.dumps(values)])
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert (f"{missing} is not set (missing, empty or still CHANGE_ME): add it to "
+            "inventory/<name>/group_vars/all/vault.yml (copy vault.yml.example, fill it in, then "
+            "ansible-vault encrypt it)") in " ".join(output.split())
+    assert "first-secret-value" not in output and "last-secret-value" not in output
