@@ -36,7 +36,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import SplitResult
@@ -164,6 +164,27 @@ def now_text() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+# Ollama keeps a model loaded for 5 minutes after its last request unless told otherwise.
+DEFAULT_KEEP_ALIVE = 300.0
+DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ms|s|m|h)?")
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# A negative keep_alive keeps the model loaded until it is unloaded or deleted.
+FOREVER = datetime(2318, 1, 1, tzinfo=UTC)
+
+
+def keep_alive_seconds(value: object) -> float | None:
+    """Seconds a request's ``keep_alive`` keeps its model loaded (a number of seconds or a Go
+    duration such as ``"10m"``; negative: for ever), or None when it is not one."""
+    if value is None:
+        return DEFAULT_KEEP_ALIVE
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    match = DURATION.fullmatch(value.strip()) if isinstance(value, str) else None
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)] if match else None
+
+
 def json_line(document: object) -> bytes:
     return json.dumps(document, ensure_ascii=False).encode() + b"\n"
 
@@ -257,6 +278,8 @@ class OllamaStore(core.Store):
         super().__init__(NAME, SCHEMA, values)
         self.state_file = state_file
         self.modified = modified
+        # Loaded models and when each is unloaded (UTC); in memory, as in Ollama.
+        self.loaded: dict[str, datetime] = {}
         self.applied({"models": values["models"]})
 
     def applied(self, changes: dict[str, Any]) -> None:
@@ -282,7 +305,35 @@ class OllamaStore(core.Store):
             if name is None:
                 return False
             self.update({"models": [known for known in self.values["models"] if known != name]})
+            self.loaded.pop(name, None)
             return True
+
+    def keep_loaded(self, name: str, seconds: float) -> None:
+        """A request for ``name`` loads it for ``seconds`` (0 unloads it, negative: for ever)."""
+        with self.lock:
+            if seconds == 0:
+                self.loaded.pop(name, None)
+            else:
+                self.loaded[name] = (FOREVER if seconds < 0
+                                     else datetime.now(UTC) + timedelta(seconds=seconds))
+
+    def running(self) -> list[dict[str, Any]]:
+        """``/api/ps``: the loaded models, the one unloaded last first; expired ones dropped."""
+        with self.lock:
+            now = datetime.now(UTC)
+            self.loaded = {name: until for name, until in self.loaded.items() if until > now}
+            loaded = sorted(self.loaded.items(), key=lambda item: item[1], reverse=True)
+        models = []
+        for name, until in loaded:
+            info = describe(name)
+            models.append({
+                "name": name, "model": name, "size": info["size"], "digest": info["digest"],
+                "details": info["details"],
+                "expires_at": until.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+                # Everything on the GPU, as on Apple silicon with unified memory.
+                "size_vram": info["size"], "context_length": 4096,
+            })
+        return models
 
     def pull_error(self, name: str) -> str | None:
         """The error pulling ``name`` gives, or None when the pull succeeds."""
@@ -322,6 +373,7 @@ class OllamaHandler(core.StandinHandler):
         "/": {"GET": "root", "HEAD": "root"},
         "/api/version": {"GET": "version", "HEAD": "version"},
         "/api/tags": {"GET": "tags", "HEAD": "tags"},
+        "/api/ps": {"GET": "ps"},
         "/api/show": {"POST": "show"},
         "/api/pull": {"POST": "pull"},
         "/api/delete": {"DELETE": "delete"},
@@ -373,6 +425,9 @@ class OllamaHandler(core.StandinHandler):
     def tags(self, url: SplitResult) -> None:
         if not self.injected_failure(generation=False):
             self.send_json(200, {"models": self.store.listing()})
+
+    def ps(self, url: SplitResult) -> None:
+        self.send_json(200, {"models": self.store.running()})
 
     def show(self, url: SplitResult) -> None:
         request = self.read_request()
@@ -494,8 +549,14 @@ class OllamaHandler(core.StandinHandler):
         if name is None:
             self.send_json(404, {"error": f"model '{requested}' not found"})
             return
+        keep_alive = keep_alive_seconds(request.get("keep_alive"))
+        if keep_alive is None:
+            self.send_json(400, {"error": "time: invalid duration "
+                                          f"{json.dumps(str(request.get('keep_alive')))}"})
+            return
         if self.injected_failure(generation=True):
             return
+        self.store.keep_loaded(name, keep_alive)
         if chat:
             messages = request.get("messages") or []
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
@@ -519,7 +580,7 @@ class OllamaHandler(core.StandinHandler):
 
         if nothing_asked:
             # Ollama loads (or, with keep_alive 0, unloads) the model and answers at once.
-            unload = request.get("keep_alive") in (0, "0", "0s")
+            unload = keep_alive == 0
             self.send_json(200, {**reply("", True), "done_reason": "unload" if unload else "load"})
             return
         text = compose_answer(prompt, name)

@@ -317,3 +317,11 @@ def test_environment_variables_set_the_start_settings(launch):
     assert config["latency"] == 3.0
     assert config["fail_generate_only"] is True
     assert config["pull_errors"] == {"mlx-only:latest": "needs macOS"}
+
+
+def test_a_keep_alive_that_is_no_duration_is_refused(ollama):
+    answer = post(ollama.url, "/api/generate", {"model": LFM, "prompt": PROMPT,
+                                                "keep_alive": "soon", "stream": False})
+    assert answer.status_code == 400
+    assert answer.json() == {"error": 'time: invalid duration "soon"'}
+    assert requests.get(f"{ollama.url}/api/ps", timeout=5).json() == {"models": []}
