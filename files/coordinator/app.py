@@ -34,6 +34,10 @@ log = logging.getLogger("coordinator.api")
 OPEN_PATHS = frozenset(("/health", "/metrics"))
 MAX_WAIT = 60.0
 OTHER_BODY_LIMIT = 64 * 1024
+# A refused body is still read, up to this many bytes, before the 413 goes out: clients that
+# write the whole body before they read (urllib, requests) would otherwise see the connection
+# reset instead of the answer. A bigger one is not read (such a client may see the reset).
+DISCARD_LIMIT = 64 * 1024 * 1024
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -195,6 +199,8 @@ class Front:
         if not is_route:
             length = content_length_or_none(scope)
             if length is not None and length > OTHER_BODY_LIMIT:
+                if length <= DISCARD_LIMIT:
+                    await discard_body(receive)
                 await error_response(
                     413, f"request body is {length} bytes, over the limit of "
                          f"{OTHER_BODY_LIMIT} bytes for {path}")(scope, receive, send)
@@ -263,10 +269,12 @@ def content_length(scope: dict) -> int | None:
 
 async def receive_body(scope: dict, receive: Any, limit: int, max_prompt: int) -> bytes | None:
     """The request body, refused with 413 as soon as it is known to exceed ``limit`` (from
-    Content-Length, before reading anything, or while reading a chunked body); the server
-    discards whatever the client still sends."""
+    Content-Length, before keeping anything, or while reading a chunked body); the rest is
+    read and dropped (``discard_body``) so that the client gets to read the answer."""
     size = content_length(scope)
     if size is not None and size > limit:
+        if size <= DISCARD_LIMIT:
+            await discard_body(receive)
         raise body_too_large(size, limit, max_prompt)
     chunks = []
     size = 0
@@ -275,13 +283,28 @@ async def receive_body(scope: dict, receive: Any, limit: int, max_prompt: int) -
         if message["type"] == "http.disconnect":
             return None
         chunk = message.get("body", b"")
+        more = message.get("more_body", False)
         if chunk:
             size += len(chunk)
             if size > limit:
+                if more:
+                    await discard_body(receive, DISCARD_LIMIT - size)
                 raise body_too_large(size, limit, max_prompt)
             chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not more:
             return b"".join(chunks)
+
+
+async def discard_body(receive: Any, limit: int = DISCARD_LIMIT) -> None:
+    """Read and drop the rest of a refused body, up to about ``limit`` bytes."""
+    read = 0
+    while read <= limit:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def create_app(cfg: Config) -> Front:

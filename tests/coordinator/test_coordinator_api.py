@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 
 import httpx
 import pytest
+import requests
 
 from .coordkit import Backends, ServerThread, wait_for
 
@@ -279,6 +283,23 @@ def test_oversized_prompts(start_server, backends: Backends) -> None:
         assert client.post("/route", json={"prompt": "ok", "task_type": "chat"}).status_code \
             == 201
     assert backends.sql("SELECT count(*) FROM tasks")[0][0] == 1
+
+
+@pytest.mark.parametrize("path", ["/route", "/workers/register"])
+def test_clients_that_send_the_whole_body_first_read_the_413(server: ServerThread,
+                                                              path: str) -> None:
+    # urllib and requests write the whole body before they read: had the server closed the
+    # connection with the body unread, they would see "Connection reset by peer" instead.
+    big = b'{"prompt": "' + b"y" * (10 * 1024 * 1024) + b'", "task_type": "chat"}'
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(
+            server.url + path, data=big, headers={"Content-Type": "application/json"}),
+            timeout=30)
+    assert refused.value.code == 413
+    assert "over the limit of" in json.loads(refused.value.read())["error"]
+    answer = requests.post(server.url + path, data=big, timeout=30,
+                           headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413 and "over the limit of" in answer.json()["error"]
 
 
 def test_worker_endpoint_errors(client: httpx.Client) -> None:
