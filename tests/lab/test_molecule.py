@@ -54,3 +54,6 @@ def test_molecule_scenario(scenario, podman_ready):
     # Every step of the sequence ran and none was skipped for a missing playbook.
     for step in ("create", "converge", "idempotence", "verify", "destroy"):
         assert f"{step}: Executed: Successful" in output, f"{step} did not run:\n{output[-3000:]}"
+    # A deprecated option or alias warns on every run a user makes.
+    deprecations = [line for line in output.splitlines() if "DEPRECATION WARNING" in line]
+    assert deprecations == [], deprecations
