@@ -60,7 +60,7 @@ def running_workers(hosts: Iterable[str], hostvars: Mapping[str, Any],
     """{host: its WORKER_HOST, pid} of each worker (of ``kind``) a service manager runs, as
     coordinator_workers takes them in ``expected``."""
     return [{"host": record["host"], "pid": record["pid"]}
-            for _, record in _statuses(hosts, hostvars)
+            for _host, record in _statuses(hosts, hostvars)
             if record.get("running") and (kind is None or record["kind"] == kind)]
 
 

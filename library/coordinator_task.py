@@ -1,42 +1,9 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: route one task through the Coordinator and confirm it in PostgreSQL."""
 
 from __future__ import annotations
-
-import contextlib
-import sys
-import time
-from typing import Any
-from urllib.error import HTTPError, URLError
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.coordinator_contract import TASK_TYPES
-from ansible.module_utils.coordinator_pg import NO_DRIVER_MESSAGE, Driver, load_driver
-from ansible.module_utils.coordinator_probe import (
-    PROBE_TABLE_SQL,
-    SELECT_TASK_SQL,
-    Expectation,
-    ProbeError,
-    TaskRow,
-    build_conninfo,
-    build_route_request,
-    check_options,
-    describe_http_error,
-    describe_missing_table,
-    describe_pg_connect_error,
-    describe_row_not_found,
-    describe_success,
-    describe_target,
-    describe_timeout,
-    describe_unreachable,
-    first_line,
-    is_final,
-    judge_final,
-    parse_route_answer,
-    result_fields,
-    row_from_tuple,
-)
-from ansible.module_utils.urls import open_url
 
 DOCUMENTATION = r"""
 ---
@@ -66,7 +33,7 @@ description:
     the migration playbook reports C(changed=0) while still verifying the cluster.
 version_added: "0.1.0"
 author:
-  - Coordinator cluster project
+  - Coordinator cluster contributors (@coordinator-cluster)
 options:
   coordinator_url:
     description:
@@ -179,10 +146,12 @@ options:
     default: 10
 attributes:
   check_mode:
+    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: In check mode the options are checked, but nothing is routed and nothing is
       connected to.
   diff_mode:
+    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
 notes:
   - Needs C(psycopg2) or, failing that, C(psycopg) (3) importable by the Python that runs the
@@ -320,6 +289,41 @@ finished_at:
   type: str
   sample: "2026-11-30T03:12:05.236456+00:00"
 """
+
+import contextlib
+import sys
+import time
+from typing import Any
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_contract import TASK_TYPES
+from ansible.module_utils.coordinator_pg import NO_DRIVER_MESSAGE, Driver, load_driver
+from ansible.module_utils.coordinator_probe import (
+    PROBE_TABLE_SQL,
+    SELECT_TASK_SQL,
+    Expectation,
+    ProbeError,
+    TaskRow,
+    build_conninfo,
+    build_route_request,
+    check_options,
+    describe_http_error,
+    describe_missing_table,
+    describe_pg_connect_error,
+    describe_row_not_found,
+    describe_success,
+    describe_target,
+    describe_timeout,
+    describe_unreachable,
+    first_line,
+    is_final,
+    judge_final,
+    parse_route_answer,
+    result_fields,
+    row_from_tuple,
+)
+from ansible.module_utils.urls import open_url
 
 APPLICATION_NAME = "coordinator_task probe"
 # Seconds between two route attempts while the Coordinator restarts (connection refused, 503).

@@ -3,8 +3,6 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: the Coordinator's registry of alive workers, compared with what runs."""
 
-# Ansible's module convention puts DOCUMENTATION before the imports, hence the E402 waiver.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -27,10 +25,10 @@ description:
     until the heartbeat TTL runs out. O(wait_for_heartbeats) waits that long for such entries
     to go, and for new workers to register, before judging; a worker nobody accounts for
     that heartbeats again meanwhile fails it at once.
-  - Read-only: it never changes anything and always reports C(changed=false).
+  - It only reads, never changes anything, and always reports C(changed=false).
 version_added: "0.2.0"
 author:
-  - Coordinator cluster project
+  - Coordinator cluster contributors (@coordinator-cluster)
 options:
   coordinator_url:
     description:
@@ -99,14 +97,14 @@ options:
     default: 10
 attributes:
   check_mode:
+    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: It only reads, so it runs in check mode too.
   diff_mode:
+    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
 notes:
-  - Uses Ansible's own C(open_url): no Python package is needed on the host that runs it.
-seealso:
-  - module: coordinator_task
+  - Uses Ansible's own C(open_url), so no Python package is needed on the host that runs it.
 """
 
 EXAMPLES = r"""
@@ -256,7 +254,7 @@ def run(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     deadline = started + (ttl + 2 if params["wait_for_heartbeats"] else 0)
     while True:
         failure = verdict(seen, expected, require, kind, hosts)
-        unaccounted, _ = compare(seen, expected)
+        unaccounted, _missing = compare(seen, expected)
         # A worker nobody runs that heartbeats again is no stale entry: waiting changes nothing.
         certain = heard_since(unaccounted, time.monotonic() - started)
         if failure is None or time.monotonic() >= deadline or certain:

@@ -3,8 +3,6 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: a per-user launchd agent, with launchctl's bootstrap-era subcommands."""
 
-# Ansible's module convention puts DOCUMENTATION before the imports, hence the E402 waiver.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ description:
   - Run it as the user whose agent it is, without become.
 version_added: "0.2.0"
 author:
-  - Coordinator cluster project
+  - Coordinator cluster contributors (@coordinator-cluster)
 options:
   label:
     description:
@@ -59,9 +57,11 @@ options:
     default: 20
 attributes:
   check_mode:
+    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: In check mode it reads the agent's state and says what it would do.
   diff_mode:
+    description: Returns what it changed (or would change, in check mode) as a diff.
     support: full
     details: The diff shows whether the agent is loaded and enabled, before and after.
 notes:

@@ -1,9 +1,6 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-# Ansible's module convention puts DOCUMENTATION, EXAMPLES and RETURN before the imports
-# (ansible-test's validate-modules reports imports above them), hence the E402 waiver.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -67,9 +64,11 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: Reports whether the model would be pulled or deleted; only C(GET /api/tags) is sent.
   diff_mode:
+    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
 notes:
   - The pull does not update a model that is already present; Ollama's C(ollama pull) does. Remove
@@ -79,7 +78,7 @@ seealso:
     description: The endpoints this module uses.
     link: https://github.com/ollama/ollama/blob/main/docs/api.md
 author:
-  - coordinator-cluster contributors
+  - Coordinator cluster contributors (@coordinator-cluster)
 """
 
 EXAMPLES = r"""
@@ -238,11 +237,11 @@ class PullProgress:
 
     @property
     def total_bytes(self) -> int:
-        return sum(total for total, _ in self.layers.values())
+        return sum(total for total, _completed in self.layers.values())
 
     @property
     def completed_bytes(self) -> int:
-        return sum(completed for _, completed in self.layers.values())
+        return sum(completed for _total, completed in self.layers.values())
 
     def as_result(self) -> dict[str, Any]:
         return {

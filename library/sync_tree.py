@@ -1,9 +1,6 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-# Ansible's module convention puts DOCUMENTATION, EXAMPLES and RETURN before the imports
-# (ansible-test's validate-modules reports imports above them), hence the E402 waiver.
-# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -71,11 +68,15 @@ options:
       - Set by the action plugin, not by users. A tar archive on the target with the files
         to write.
     type: path
+author:
+  - Coordinator cluster contributors (@coordinator-cluster)
 attributes:
   check_mode:
+    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: Reports the files that would be written; nothing is sent or changed.
   diff_mode:
+    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
 notes:
   - Nothing is deleted; a file removed from O(src) stays on the target.

@@ -356,6 +356,6 @@ def result_fields(row: TaskRow) -> dict[str, Any]:
 
 
 def describe_success(row: TaskRow) -> str:
-    seconds, _ = durations(row)
+    seconds, _start_delay = durations(row)
     took = f" in {seconds:g}s" if seconds is not None else ""
     return f"task {row.id} done on {row.worker_id or 'an unknown worker'} ({_where(row)}){took}"
