@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from coordinator_contract import TASK_TYPES
+from coordinator_contract import TASK_TYPES, WORKER_KINDS
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -106,15 +106,16 @@ class Metrics:
         self.tasks_waiting.set(waiting)
 
     def set_queues(self, depth: Mapping[str, int], in_flight: Mapping[str, int]) -> None:
+        """Both gauges for every queue ``depth`` names, 0 in flight where nothing runs (as
+        GET /queues reports it)."""
         self.queue_depth.clear()
         self.queue_in_flight.clear()
         for queue, value in depth.items():
             self.queue_depth.labels(queue).set(value)
-        for queue, value in in_flight.items():
-            self.queue_in_flight.labels(queue).set(value)
+            self.queue_in_flight.labels(queue).set(in_flight.get(queue, 0))
 
     def set_workers(self, alive_by_kind: Mapping[str, int], duplicates: int) -> None:
-        for kind in ("web", "inference", "rag"):
+        for kind in WORKER_KINDS:
             self.workers_alive.labels(kind).set(alive_by_kind.get(kind, 0))
         self.workers_duplicate.set(duplicates)
 

@@ -138,7 +138,9 @@ LIST_WORKERS = (
     " FROM workers w ORDER BY w.worker_id"
 )
 #: Every queue a worker listens on.
-WORKER_QUEUES = "SELECT DISTINCT unnest(queues) FROM workers"
+#: The queues of alive workers. With the queues holding unfinished tasks, these are the ones
+#: /queues and the queue metrics list: a worker gone for good drops out of both.
+WORKER_QUEUES = f"SELECT DISTINCT unnest(queues) FROM workers WHERE {WORKER_ALIVE}"
 #: Per kind: alive workers, duplicated ones.
 WORKERS_BY_KIND = (f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
                    " count(*) FILTER (WHERE duplicate) FROM workers GROUP BY kind")

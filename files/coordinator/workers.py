@@ -20,7 +20,7 @@ from .errors import first_line
 from .metrics import Metrics
 from .reaper import dispatch_waiting, load_by_queue, push, pushes_of
 from .registry import KnownWorker, Registry
-from .routing import RequestError, inference_queue_of
+from .routing import inference_queue_of, registered_queues
 
 if TYPE_CHECKING:
     from .reaper import Reaper
@@ -70,15 +70,8 @@ class Workers:
     async def register(self, body: dict[str, Any]) -> dict[str, Any]:
         cfg = self.cfg
         worker_id, kind = body["worker_id"], body["kind"]
-        queues = list(body.get("queues") or [])
-        queue = None
-        if kind == "inference":
-            queue = inference_queue_of(worker_id, body.get("device"), queues)
-            if queue is None:
-                raise RequestError(422, "an inference worker must send 'device' (its queue is "
-                                        "tasks:<device>:<worker_id>) or its queue in 'queues'")
-            if queue not in queues:
-                queues.append(queue)
+        queues = registered_queues(kind, worker_id, body.get("device"), body.get("queues") or ())
+        queue = queues[0] if kind == "inference" else None
         params = {
             "worker_id": worker_id, "host": body["host"], "kind": kind,
             "device": body.get("device"), "queues": queues,

@@ -317,6 +317,10 @@ def test_worker_endpoint_errors(client: httpx.Client) -> None:
     assert resp.status_code == 422 and "not valid JSON" in resp.json()["error"]
     resp = client.post("/workers/register", json=good | {"kind": "inference"})
     assert resp.status_code == 422 and "device" in resp.json()["error"]
+    resp = client.post("/workers/register", json=good | {"queues": ["tasks:web", "x"]})
+    assert resp.json() == {"error": "a web worker serves tasks:web only, and 'queues' also "
+                                    "names x: send [\"tasks:web\"]"}
+    assert resp.status_code == 422
     resp = client.post("/workers/ghost/heartbeat", json={"instance_id": str(uuid.uuid4())})
     assert resp.status_code == 404 and "register" in resp.json()["error"]
     resp = client.post("/workers/ghost/deregister", json={"instance_id": str(uuid.uuid4())})

@@ -33,6 +33,7 @@ from coordinator.routing import (
     choose_worker,
     inference_queue_of,
     parse_route_request,
+    registered_queues,
 )
 from coordinator.schema import MIGRATIONS, pending
 
@@ -177,6 +178,41 @@ def test_inference_queue_of() -> None:
     assert inference_queue_of("macbookair", "cpu", []) == "tasks:cpu:macbookair"
     assert inference_queue_of("w", "gpu", ["tasks:web", "tasks:x:w"]) == "tasks:x:w"
     assert inference_queue_of("w", None, []) is None
+
+
+@pytest.mark.parametrize(("kind", "device", "queues", "registered"), [
+    ("web", None, ["tasks:web"], ["tasks:web"]),
+    ("web", None, [], []),
+    ("rag", None, ["tasks:rag", "tasks:rag"], ["tasks:rag"]),
+    ("inference", "cpu", [], ["tasks:cpu:w"]),
+    ("inference", "cpu", ["tasks:cpu:w"], ["tasks:cpu:w"]),
+    ("inference", None, ["tasks:mps:w"], ["tasks:mps:w"]),
+])
+def test_registered_queues_are_those_the_routing_table_makes(kind, device, queues,
+                                                            registered) -> None:
+    assert registered_queues(kind, "w", device, queues) == registered
+
+
+@pytest.mark.parametrize(("kind", "device", "queues", "message"), [
+    ("web", None, ["tasks:web", "fuzz-1"],
+     "a web worker serves tasks:web only, and 'queues' also names fuzz-1: send [\"tasks:web\"]"),
+    ("rag", None, ["tasks:web"],
+     "a rag worker serves tasks:rag only, and 'queues' also names tasks:web: send "
+     "[\"tasks:rag\"]"),
+    ("inference", "cpu", ["tasks:cpu:other"],
+     "an inference worker serves its own queue tasks:cpu:w only, and 'queues' also names "
+     "tasks:cpu:other: send [\"tasks:cpu:w\"] or only 'device'"),
+    ("inference", None, ["tasks:web"],
+     "an inference worker must send 'device' (its queue is tasks:<device>:<worker_id>) or its "
+     "queue in 'queues'"),
+    ("inference", None, ["tasks:cpu:w", "tasks:gpu:w"],
+     "an inference worker serves its own queue tasks:cpu:w only, and 'queues' also names "
+     "tasks:gpu:w: send [\"tasks:cpu:w\"] or only 'device'"),
+])
+def test_other_queue_names_are_refused_saying_which(kind, device, queues, message) -> None:
+    with pytest.raises(RequestError) as refused:
+        registered_queues(kind, "w", device, queues)
+    assert (refused.value.status, refused.value.message) == (422, message)
 
 
 def test_choose_worker_least_loaded_and_model() -> None:
