@@ -341,8 +341,10 @@ class Worker:
         """Check what the work needs (log `<Backend> OK` or raise CheckFailed)."""
 
     def registration_extra(self) -> dict[str, Any]:
-        """Kind-specific fields of the registration body (device, models)."""
-        return {}
+        """Kind-specific fields of the registration body: a worker of a shared queue names
+        it; an inference worker sends its device and models instead (the Coordinator derives
+        its queue, tasks:<device>:<worker_id>, from them)."""
+        return {"queues": self.queues}
 
     def execute(self, task: Task) -> Outcome:
         raise NotImplementedError
@@ -499,7 +501,7 @@ class Worker:
         url = f"{self.cfg.coordinator_url}/workers/register"
         body = {
             "worker_id": self.cfg.worker_id, "host": self.cfg.worker_host, "kind": self.kind,
-            "queues": self.queues, "version": self.version, "pid": os.getpid(),
+            "version": self.version, "pid": os.getpid(),
             "instance_id": self.instance_id, **self.registration_extra(),
         }
         try:

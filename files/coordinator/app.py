@@ -13,20 +13,36 @@ import json
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from coordinator_contract import TASK_TYPES
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
+from .api_models import (
+    PATTERN_RULES,
+    DeregisterAnswer,
+    DeregisterBody,
+    HealthAnswer,
+    HeartbeatAnswer,
+    HeartbeatBody,
+    Name,
+    QueuesAnswer,
+    RegisterAnswer,
+    RegisterBody,
+    RouteAnswer,
+    RouteBody,
+    TaskView,
+    WorkersAnswer,
+    error_responses,
+)
 from .config import Config
 from .errors import backend_error, first_line
 from .metrics import CONTENT_TYPE
-from .routing import NAME_RE, RequestError, body_too_large, parse_route_request
+from .routing import RequestError, body_too_large, parse_route_request
 from .service import Coordinator
 
 log = logging.getLogger("coordinator.api")
@@ -51,71 +67,6 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
     if headers:
         response.headers.update(headers)
     return response
-
-
-# -- request bodies (documented in the OpenAPI schema) ---------------------------------------
-
-
-class RouteBody(BaseModel):
-    """POST /route (validated by ``routing.parse_route_request``, documented here)."""
-
-    model_config = ConfigDict(extra="forbid")
-    prompt: str = Field(description="the text to work on (at most COORDINATOR_MAX_PROMPT_BYTES)")
-    task_type: Literal[TASK_TYPES] = Field(description="what to do with it")  # type: ignore[valid-type]
-    model: str | None = Field(None, description="inference: the model; default: any worker")
-    worker: str | None = Field(None, description="inference: send to this worker id only")
-
-
-class RouteAnswer(BaseModel):
-    task_id: uuid.UUID
-    queue: str | None = Field(description="null while the task waits for an inference worker")
-    status: Literal["queued"]
-    worker: str = Field(description="'default' for shared queues, else the worker id")
-    note: str | None = Field(None, description="why the task waits (queue null)")
-    warning: str | None = Field(None, description="saved, but Redis did not take the id yet")
-
-
-Name = Annotated[StrictStr, Field(pattern=NAME_RE.pattern)]
-# The workers columns are PostgreSQL integers: a larger number is bad input, not a failed write.
-Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
-
-
-class WorkerBody(BaseModel):
-    """PostgreSQL text cannot hold NUL: refuse it as bad input (422), not a failed write."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        texts = value if isinstance(value, list) else [value]
-        if any(isinstance(text, str) and "\x00" in text for text in texts):
-            raise ValueError("NUL characters cannot be stored; remove them")
-        return value
-
-
-class RegisterBody(WorkerBody):
-    worker_id: Name
-    host: Annotated[StrictStr, Field(min_length=1, max_length=255)]
-    kind: Literal["web", "inference", "rag"]
-    instance_id: uuid.UUID
-    queues: list[StrictStr] = []
-    version: StrictStr | None = None
-    pid: Count | None = None
-    device: Name | None = None
-    models: list[StrictStr] = []
-
-
-class HeartbeatBody(WorkerBody):
-    instance_id: uuid.UUID
-    pid: Count | None = None
-    in_flight: Count | None = None
-    db_write_failures: Count | None = None
-    last_error: StrictStr | None = None
-
-
-class DeregisterBody(WorkerBody):
-    instance_id: uuid.UUID
 
 
 def validation_message(errors: list[dict[str, Any]]) -> str:
@@ -144,6 +95,10 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
         return f"'{name}' is missing: see /docs for the request schema"
     if kind == "extra_forbidden":
         return f"unknown field '{name}': see /docs for the allowed fields"
+    if kind == "string_pattern_mismatch":
+        rule = PATTERN_RULES.get((err.get("ctx") or {}).get("pattern", ""))
+        if rule is not None:
+            return f"'{name}': {rule}"
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return f"'{name}': {err.get('msg')}{more}"
 
@@ -176,13 +131,17 @@ class Front:
         self.cfg = cfg
         self.coordinator = coordinator
         self.expected = (f"Bearer {cfg.token}".encode() if cfg.token else None)
+        # A method no endpoint takes (TRACE, PUT, ...) gets its 405 before the token check.
+        self.methods = frozenset(method for route in api.routes
+                                 for method in getattr(route, "methods", ()))
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.api(scope, receive, send)
             return
         path = scope["path"]
-        if self.expected is not None and path not in OPEN_PATHS:
+        if (self.expected is not None and path not in OPEN_PATHS
+                and scope["method"] in self.methods):
             given = b""
             for key, value in scope["headers"]:
                 if key == b"authorization":
@@ -307,6 +266,26 @@ async def discard_body(receive: Any, limit: int = DISCARD_LIMIT) -> None:
             return
 
 
+def openapi_schema(app: FastAPI, protected: bool) -> dict[str, Any]:
+    """FastAPI's schema, with the bearer scheme on every path but the open ones when the
+    Coordinator has a token (and no 401 anywhere when it has none)."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version,
+                             description=app.description, routes=app.routes)
+        if protected:
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "the token given in COORDINATOR_TOKEN"}}
+        for path, operations in schema["paths"].items():
+            for operation in operations.values():
+                if not protected:
+                    operation["responses"].pop("401", None)
+                elif path not in OPEN_PATHS:
+                    operation["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
 def create_app(cfg: Config) -> Front:
     """The ASGI app: ``Front`` around the FastAPI app; ``.coordinator`` is the service."""
     coordinator = Coordinator(cfg)
@@ -353,8 +332,28 @@ def create_app(cfg: Config) -> Front:
             message = str(exc.detail)
         return error_response(exc.status_code, message, dict(exc.headers or {}))
 
-    @app.post(
-        "/route", status_code=201, response_model=RouteAnswer,
+    def documented(method: str, path: str, answer: type | None = None, status: int = 200,
+                   links: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        """Declare an operation with its answer model, the operations its answer leads to
+        (OpenAPI links: what a client, or schemathesis' stateful phase, calls next) and every
+        error status it can give. Its operationId is the handler's name."""
+        responses: dict[int | str, dict[str, Any]] = error_responses(method, path)
+        if answer is not None:
+            responses[status] = {"model": answer, **({"links": links} if links else {})}
+
+        def declare(handler: Any) -> Any:
+            return getattr(app, method)(path, status_code=status, responses=responses,
+                                        operation_id=handler.__name__, **kwargs)(handler)
+        return declare
+
+    # What a registration leads to: this worker's heartbeat and goodbye.
+    same_worker = {"parameters": {"worker_id": "$request.body#/worker_id"},
+                   "requestBody": {"instance_id": "$request.body#/instance_id"}}
+
+    @documented(
+        "post", "/route", RouteAnswer, 201,
+        links={"GetTask": {"operationId": "get_task",
+                           "parameters": {"task_id": "$response.body#/task_id"}}},
         summary="Accept a task: saved in PostgreSQL, then its id pushed to its Redis queue",
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
             "schema": RouteBody.model_json_schema()}}}},
@@ -365,10 +364,13 @@ def create_app(cfg: Config) -> Front:
         status, answer = answered or (400, {"error": "the request body did not arrive"})
         return json_response(answer, status)
 
-    @app.get("/task/{task_id}", summary="A task's state and result; ?wait=N long-polls")
+    @documented("get", "/task/{task_id}", TaskView,
+                summary="A task's state and result; ?wait=N long-polls")
     async def get_task(
-        task_id: str,
+        task_id: Annotated[str, Path(json_schema_extra={"format": "uuid"},
+                                     description="the task_id POST /route returned")],
         wait: Annotated[float | None, Query(
+            json_schema_extra={"minimum": 0, "maximum": MAX_WAIT},
             description="seconds (0 to 60) to wait for the task to be done or failed")] = None,
     ) -> Response:
         try:
@@ -385,48 +387,50 @@ def create_app(cfg: Config) -> Front:
             raise RequestError(404, f"no task {tid}: check the id POST /route returned")
         return json_response(task)
 
-    @app.post("/workers/register", summary="A worker announces itself")
+    @documented("post", "/workers/register", RegisterAnswer,
+                links={"Heartbeat": {"operationId": "heartbeat", **same_worker},
+                       "Deregister": {"operationId": "deregister", **same_worker}},
+                summary="A worker announces itself")
     async def register(body: RegisterBody) -> Response:
         return json_response(await coordinator.workers.register(body.model_dump(mode="json")))
 
-    @app.post("/workers/{worker_id}/heartbeat", summary="A worker says it is alive")
-    async def heartbeat(worker_id: str, body: HeartbeatBody) -> Response:
-        if "\x00" in worker_id:
-            raise RequestError(422, "worker id contains a NUL character: use the worker_id "
-                                    "it registered with")
+    @documented("post", "/workers/{worker_id}/heartbeat", HeartbeatAnswer,
+                summary="A worker says it is alive")
+    async def heartbeat(worker_id: Annotated[Name, Path()], body: HeartbeatBody) -> Response:
         answer = await coordinator.workers.heartbeat(worker_id, body.model_dump(mode="json"))
         if answer is None:
-            raise RequestError(404, f"unknown worker {worker_id[:128]!r}: register it again "
-                                    "with POST /workers/register")
+            raise RequestError(404, f"unknown worker {worker_id!r}: register it again with "
+                                    "POST /workers/register")
         return json_response(answer)
 
-    @app.post("/workers/{worker_id}/deregister", summary="A worker process says goodbye")
-    async def deregister(worker_id: str, body: DeregisterBody) -> Response:
-        if "\x00" in worker_id:
-            raise RequestError(422, "worker id contains a NUL character: use the worker_id "
-                                    "it registered with")
+    @documented("post", "/workers/{worker_id}/deregister", DeregisterAnswer,
+                summary="A worker process says goodbye")
+    async def deregister(worker_id: Annotated[Name, Path()], body: DeregisterBody) -> Response:
         answer = await coordinator.workers.deregister(worker_id, str(body.instance_id))
         if answer is None:
-            raise RequestError(404, f"unknown worker {worker_id[:128]!r}: nothing to "
-                                    "deregister")
+            raise RequestError(404, f"unknown worker {worker_id!r}: nothing to deregister")
         return json_response(answer)
 
-    @app.get("/workers", summary="Every registered worker, alive or not")
+    @documented("get", "/workers", WorkersAnswer, summary="Every registered worker, alive or not")
     async def workers() -> Response:
         return json_response({"workers": await coordinator.workers.list(),
                               "heartbeat_ttl": cfg.heartbeat_ttl})
 
-    @app.get("/queues", summary="Every queue's depth (LLEN) and in-flight (running) count")
+    @documented("get", "/queues", QueuesAnswer,
+                summary="Every queue's depth (LLEN) and in-flight (running) count")
     async def queues() -> Response:
         return json_response(await coordinator.stats.queues())
 
-    @app.get("/health", summary="200 when PostgreSQL and Redis both answer, else 503")
+    @documented("get", "/health", HealthAnswer,
+                summary="200 when PostgreSQL and Redis both answer, else 503")
     async def health() -> Response:
         ok, body = await coordinator.stats.health()
         return json_response(body, 200 if ok else 503)
 
-    @app.get("/metrics", summary="Prometheus metrics")
+    @documented("get", "/metrics", summary="Prometheus metrics (text format)",
+                response_class=PlainTextResponse)
     async def metrics() -> Response:
         return Response(await coordinator.stats.render_metrics(), media_type=CONTENT_TYPE)
 
+    app.openapi = lambda: openapi_schema(app, protected=cfg.token is not None)
     return Front(app, cfg, coordinator)

@@ -36,6 +36,12 @@ ROUTES: dict[str, Route] = {task_type: Route(*route)
 
 ROUTE_FIELDS = ("prompt", "task_type", "model", "worker")
 _EXAMPLE = '{"prompt": "...", "task_type": "web_search"}'
+#: White space by every definition a client may hold (Python's str.isspace, ECMAScript's
+#: and so JSON Schema's \s, Unicode's White_Space), as a regex class body: a prompt, model or
+#: worker made only of these is empty, and the OpenAPI schema says so with the same class.
+BLANK = ("\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
+         "\\u205f\\u3000\\ufeff")
+_TEXT = re.compile(f"[^{BLANK}]")
 #: A worker id, device or model name.
 NAME = r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}"
 NAME_RE = re.compile(f"^{NAME}$")
@@ -95,7 +101,7 @@ def _optional_name(data: Mapping[str, object], name: str, what: str) -> str | No
         raise RequestError(
             422, f"'{name}' must be a string (or left out), got {_type_name(value)}"
         )
-    if not value.strip():
+    if not _TEXT.search(value):
         raise RequestError(422, f"'{name}' is empty: leave it out to use {what}")
     _check_text(name, value)
     return value
@@ -146,7 +152,7 @@ def parse_route_request(body: bytes, max_prompt_bytes: int) -> RouteRequest:
         )
     if not isinstance(prompt, str):
         raise RequestError(422, f"'prompt' must be a string, got {_type_name(prompt)}")
-    if not prompt.strip():
+    if not _TEXT.search(prompt):
         raise RequestError(422, "'prompt' is empty: send the text to work on")
     size = len(prompt) if prompt.isascii() else len(prompt.encode("utf-8", "surrogatepass"))
     if size > max_prompt_bytes:

@@ -264,11 +264,11 @@ class Tasks:
                 raise RequestError(404, f"unknown worker {req.worker!r}: GET /workers lists "
                                         "the registered workers; or leave 'worker' out")
             if known.kind != "inference":
-                raise RequestError(422, f"worker {req.worker!r} is a {known.kind} worker: "
+                raise RequestError(409, f"worker {req.worker!r} is a {known.kind} worker: "
                                         f"{req.task_type} needs an inference worker")
             if req.model is not None and req.model not in known.models:
                 serves = ", ".join(known.models) or "only its default model"
-                raise RequestError(422, f"worker {req.worker!r} does not serve model "
+                raise RequestError(409, f"worker {req.worker!r} does not serve model "
                                         f"{req.model!r} (it serves: {serves}): pick another "
                                         "model or worker")
             requested = worker = known.worker_id

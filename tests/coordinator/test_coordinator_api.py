@@ -96,10 +96,10 @@ def test_named_worker(start_server, backends: Backends, make_worker) -> None:
         assert resp.status_code == 404 and "unknown worker 'nobody'" in resp.json()["error"]
         resp = client.post("/route", json={"prompt": "p", "task_type": "chat",
                                            "worker": web.worker_id})
-        assert resp.status_code == 422 and "web worker" in resp.json()["error"]
+        assert resp.status_code == 409 and "web worker" in resp.json()["error"]
         resp = client.post("/route", json={"prompt": "p", "task_type": "chat", "worker": "a",
                                            "model": "qwen"})
-        assert resp.status_code == 422 and "does not serve model 'qwen'" in resp.json()["error"]
+        assert resp.status_code == 409 and "does not serve model 'qwen'" in resp.json()["error"]
         # known but dead: accepted, waits for that worker only
         a.stop()
         wait_for(lambda: not client.get("/workers").json()["workers"][0]["alive"], 10,
@@ -302,6 +302,18 @@ def test_clients_that_send_the_whole_body_first_read_the_413(server: ServerThrea
     assert answer.status_code == 413 and "over the limit of" in answer.json()["error"]
 
 
+def test_whole_numbers_written_as_floats_are_integers(client: httpx.Client) -> None:
+    # JSON Schema's integer includes 135379.0; so do the worker endpoints.
+    body = {"worker_id": "w1", "host": "h", "kind": "web", "instance_id": str(uuid.uuid4())}
+    assert client.post("/workers/register", json=body | {"pid": 135379.0}).status_code == 200
+    beat = client.post("/workers/w1/heartbeat", json={
+        "instance_id": body["instance_id"], "pid": 135379.0, "in_flight": 1.0})
+    assert (beat.status_code, beat.json()) == (200, {"duplicate": False})
+    refused = client.post("/workers/w1/heartbeat", json={
+        "instance_id": body["instance_id"], "pid": 1.5})
+    assert refused.status_code == 422 and refused.json()["error"].startswith("'pid': ")
+
+
 def test_worker_endpoint_errors(client: httpx.Client) -> None:
     good = {"worker_id": "w1", "host": "h", "kind": "web", "instance_id": str(uuid.uuid4())}
     for change, words in [({"kind": "robot"}, "'kind'"), ({"pid": "12"}, "'pid'"),
@@ -360,6 +372,12 @@ def test_auth(start_server, backends: Backends) -> None:
                 assert resp.headers["www-authenticate"] == "Bearer"
         assert anon.get("/health").status_code == 200
         assert anon.get("/metrics").status_code == 200
+        # A method no endpoint takes is a 405 whatever the token: nothing to authorise.
+        for method in ("TRACE", "PUT"):
+            resp = anon.request(method, "/workers")
+            assert (resp.status_code, resp.json()) == (405, {
+                "error": f"{method} is not allowed on /workers; see /docs for the methods it "
+                         "takes"})
     assert backends.sql("SELECT count(*) FROM tasks")[0][0] == 0
     with server.client(token="s3cret-token") as client:
         for method, path, body in PROTECTED:

@@ -39,7 +39,9 @@ def test_ten_megabyte_prompts_get_413_without_growing_memory(guarded: Coordinato
 def test_nul_bytes_in_a_prompt_are_refused_with_a_reason(client: httpx.Client) -> None:
     response = route(client, "before\x00after")
     assert response.status_code == 422
-    assert "NUL" in assert_useful_error(response)
+    assert assert_useful_error(response) == (
+        "'prompt' contains a NUL character (\\u0000), which PostgreSQL text cannot store: "
+        "remove it")
 
 
 @pytest.mark.parametrize("prompt", ["'; DROP TABLE tasks; --", "\\x00 E'\\\\000' $$ $1 %s",
@@ -115,11 +117,13 @@ def test_nul_bytes_in_worker_calls_are_refused_with_a_reason(client: httpx.Clien
     response = client.post("/workers/register", json=body)
     assert response.status_code == 422
     assert assert_useful_error(response) == \
-        "'host': Value error, NUL characters cannot be stored; remove them"
+        "'host': NUL characters cannot be stored; remove them"
     response = client.post("/workers/fuzz%00nul/heartbeat",
                            json={"instance_id": body["instance_id"]})
     assert response.status_code == 422
-    assert "NUL" in assert_useful_error(response)
+    assert assert_useful_error(response) == (
+        "'worker_id': not a name: use 1 to 128 letters, digits and . _ @ -, starting with a "
+        "letter or digit")
 
 
 def test_numbers_beyond_postgresql_integer_are_refused(client: httpx.Client) -> None:

@@ -1,0 +1,285 @@
+"""The HTTP API's bodies as pydantic models: what the OpenAPI schema documents and the server
+does. Request bodies are validated with them (``POST /route`` by ``routing`` on its fast
+path, to the same rules); answers are documented with them, and the handlers send exactly
+these fields. ``ERRORS`` lists the status codes each operation can answer besides its
+success, every one with the ``{"error": ...}`` body.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from coordinator_contract import (
+    INFERENCE_TYPES,
+    KIND_QUEUES,
+    SHARED_TYPES,
+    TASK_TYPES,
+    WORKER_KINDS,
+)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
+
+from .routing import BLANK, NAME
+
+# Text PostgreSQL can store: no NUL. With at least one character that is not white space.
+NO_NUL = "^[^\\u0000]*$"
+SOME_TEXT = f"^[^\\u0000]*[^{BLANK}\\u0000][^\\u0000]*$"
+
+NAME_PATTERN = f"^{NAME}$"
+Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
+Text = Annotated[StrictStr, Field(pattern=NO_NUL)]
+#: What a value that misses each pattern gets told.
+PATTERN_RULES = {
+    NO_NUL: "NUL characters cannot be stored; remove them",
+    SOME_TEXT: "empty, only white space or with a NUL character: send some text, without NUL",
+    NAME_PATTERN: "not a name: use 1 to 128 letters, digits and . _ @ -, starting with a "
+                  "letter or digit",
+}
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 135379.0 as an integer; so does the server (a float with a
+    fraction, a string or a boolean stays refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# The workers columns are PostgreSQL integers: a larger number is bad input, not a failed write.
+Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1), BeforeValidator(_integral)]
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="one line: what is wrong and how to fix it")
+
+
+# -- POST /route -----------------------------------------------------------------------------
+
+_ROUTE_RULE = {
+    # 'worker' only for the inference types: the shared ones go to their shared queue.
+    "if": {"properties": {"task_type": {"enum": list(SHARED_TYPES)}},
+           "required": ["task_type"]},
+    "then": {"properties": {"worker": {"type": "null"}}},
+}
+
+
+class RouteBody(BaseModel):
+    """POST /route (validated by ``routing.parse_route_request``, documented here)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_ROUTE_RULE)
+    prompt: str = Field(description="the text to work on (at most COORDINATOR_MAX_PROMPT_BYTES "
+                                    "bytes of UTF-8; not only white space)",
+                        pattern=SOME_TEXT)
+    task_type: Literal[TASK_TYPES] = Field(description="what to do with it")  # type: ignore[valid-type]
+    model: str | None = Field(None, pattern=SOME_TEXT,
+                              description="inference: the model; default: any worker")
+    worker: str | None = Field(
+        None, pattern=SOME_TEXT,
+        description=f"inference ({', '.join(INFERENCE_TYPES)}) only: send to this worker id "
+                    "(404 when no such worker registered)")
+
+
+class RouteAnswer(BaseModel):
+    task_id: uuid.UUID
+    queue: str | None = Field(description="null while the task waits for an inference worker")
+    status: Literal["queued"]
+    worker: str = Field(description="'default' for shared queues, else the worker id")
+    note: str | None = Field(None, description="why the task waits (queue null)")
+    warning: str | None = Field(None, description="saved, but Redis did not take the id yet")
+
+
+# -- GET /task/{task_id} ---------------------------------------------------------------------
+
+
+class TaskView(BaseModel):
+    task_id: uuid.UUID
+    task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
+    status: Literal["queued", "running", "done", "failed"]
+    result: str | None
+    fallback: bool = Field(description="the answer is the raw search results")
+    worker: str
+    worker_id: str | None
+    worker_host: str | None
+    error: str | None
+    attempts: int
+    max_attempts: int
+    model: str | None
+    queue: str | None
+    waiting: bool = Field(description="queued with no worker to go to yet (see note)")
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    note: str | None = Field(None, description="why a waiting task waits")
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+
+class WorkerBody(BaseModel):
+    """PostgreSQL text cannot hold NUL: refuse it as bad input (422), not a failed write."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        texts = value if isinstance(value, list) else [value]
+        if any(isinstance(text, str) and "\x00" in text for text in texts):
+            raise ValueError("NUL characters cannot be stored; remove them")
+        return value
+
+
+def _register_rules() -> dict[str, Any]:
+    """The rules between fields of a registration, as JSON Schema: a worker of a shared queue
+    may name only that queue; an inference worker sends its device, and its queue,
+    tasks:<device>:<worker_id>, follows from it."""
+    rules: list[dict[str, Any]] = [
+        {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+         "then": {"properties": {"queues": {"items": {"const": queue}}}}}
+        for kind, queue in sorted(KIND_QUEUES.items())]
+    rules.append({"if": {"properties": {"kind": {"const": "inference"}}, "required": ["kind"]},
+                  "then": {"required": ["device"],
+                           "properties": {"device": {"type": "string"},
+                                          "queues": {"maxItems": 0}}}})
+    return {"allOf": rules}
+
+
+class RegisterBody(WorkerBody):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_register_rules())
+    worker_id: Name
+    host: Annotated[StrictStr, Field(min_length=1, max_length=255, pattern=NO_NUL)]
+    kind: Literal[WORKER_KINDS]  # type: ignore[valid-type]
+    instance_id: uuid.UUID
+    queues: list[Text] = Field([], description="a web or RAG worker: its shared queue (an "
+                               "inference worker's, tasks:<device>:<worker_id>, follows from "
+                               "its device)")
+    version: Text | None = None
+    pid: Count | None = None
+    device: Name | None = Field(None, description="an inference worker: part of its queue name")
+    models: list[Text] = []
+
+
+class RegisterAnswer(BaseModel):
+    heartbeat_interval: float
+    heartbeat_ttl: float
+    duplicate: bool = Field(description="another live process uses this worker id")
+    queues: list[str]
+    dispatched: int = Field(description="waiting tasks sent to this worker now")
+
+
+class HeartbeatBody(WorkerBody):
+    instance_id: uuid.UUID
+    pid: Count | None = None
+    in_flight: Count | None = None
+    db_write_failures: Count | None = None
+    last_error: Text | None = None
+
+
+class HeartbeatAnswer(BaseModel):
+    duplicate: bool
+
+
+class DeregisterBody(WorkerBody):
+    instance_id: uuid.UUID
+
+
+class DeregisterAnswer(BaseModel):
+    stopped: bool = Field(description="false when that instance is no longer the worker's")
+
+
+class LiveInstance(BaseModel):
+    instance_id: str
+    host: str
+    pid: int | None
+    started_at: str
+    last_heartbeat: str
+
+
+class WorkerView(BaseModel):
+    worker_id: str
+    host: str
+    kind: Literal[WORKER_KINDS]  # type: ignore[valid-type]
+    device: str | None
+    queues: list[str]
+    models: list[str]
+    version: str | None
+    pid: int | None
+    instance_id: str | None
+    registered_at: str
+    last_heartbeat: str
+    alive: bool
+    stopped_at: str | None
+    seconds_since_heartbeat: float
+    in_flight: int
+    db_write_failures: int
+    last_error: str | None
+    duplicate: bool
+    live_instances: list[LiveInstance]
+
+
+class WorkersAnswer(BaseModel):
+    workers: list[WorkerView]
+    heartbeat_ttl: float
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+class QueueView(BaseModel):
+    queue: str
+    depth: int = Field(description="LLEN of the Redis list")
+    in_flight: int = Field(description="running tasks taken from it")
+    queued: int = Field(description="queued tasks in PostgreSQL for it")
+
+
+class QueuesAnswer(BaseModel):
+    queues: list[QueueView]
+    waiting: int = Field(description="queued inference tasks waiting for a worker")
+
+
+class HealthAnswer(BaseModel):
+    postgresql: Literal["ok", "failed"]
+    redis: Literal["ok", "failed"]
+    version: str
+    error: str | None = Field(None, description="what did not answer (503 only)")
+
+
+# -- status codes ----------------------------------------------------------------------------
+
+_WHY = {
+    400: "the body is missing or not JSON",
+    401: "missing or wrong bearer token",
+    404: "no such task or worker",
+    409: "the named worker cannot take it (not an inference worker, or not that model)",
+    413: "the body or the prompt is over its limit",
+    422: "a field is wrong",
+    503: "PostgreSQL or Redis did not answer; retry (Retry-After)",
+}
+_POST = (400, 401, 413, 422, 503)
+#: (method, path) -> the error statuses it can answer.
+ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("post", "/route"): (*_POST, 404, 409),
+    ("get", "/task/{task_id}"): (401, 404, 422, 503),
+    ("post", "/workers/register"): _POST,
+    ("post", "/workers/{worker_id}/heartbeat"): (*_POST, 404),
+    ("post", "/workers/{worker_id}/deregister"): (*_POST, 404),
+    ("get", "/workers"): (401, 503),
+    ("get", "/queues"): (401, 503),
+    ("get", "/health"): (503,),
+    ("get", "/metrics"): (),
+}
+
+
+def error_responses(method: str, path: str) -> dict[int | str, dict[str, Any]]:
+    """FastAPI's ``responses=`` for the error statuses of one operation."""
+    return {status: {"model": ErrorBody if status != 503 or path != "/health" else HealthAnswer,
+                     "description": _WHY[status]}
+            for status in ERRORS[(method, path)]}
