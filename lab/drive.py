@@ -192,9 +192,9 @@ class Coordinator:
         token = (lab.SECRETS_DIR / "coordinator_token").read_text().split()[0]
         self.headers = {"Authorization": f"Bearer {token}"}
 
-    def route(self, prompt: str = PROMPT) -> str:
+    def route(self, prompt: str = PROMPT, task_type: str = "web_search") -> str:
         answer = requests.post(f"{self.url}/route", json={"prompt": prompt,
-                                                          "task_type": "web_search"},
+                                                          "task_type": task_type},
                                headers=self.headers, timeout=10)
         answer.raise_for_status()
         return answer.json()["task_id"]

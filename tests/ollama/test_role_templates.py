@@ -142,6 +142,27 @@ def systemd_environment(dropin: str) -> dict[str, str]:
     return values
 
 
+def directives(dropin: str) -> dict[str, list[str]]:
+    """Every Name=value line of a drop-in but Environment=, as systemd lists repeated ones."""
+    found: dict[str, list[str]] = {}
+    for line in dropin.splitlines():
+        name, equals, value = line.partition("=")
+        if equals and not line.startswith("#") and name != "Environment":
+            found.setdefault(name, []).append(value)
+    return found
+
+
+def test_linux_sandbox_opens_the_gpu_devices_it_is_given_and_a_home_models_dir(render):
+    rendered = render(DEBIAN, ollama_devices=["/dev/nvidiactl", "/dev/nvidia0"],
+                      ollama_models_dir="/home/ai/models")
+    sandbox = directives(rendered["dropin"])
+    assert sandbox["DevicePolicy"] == ["closed"]
+    assert sandbox["DeviceAllow"] == ["/dev/nvidiactl rw", "/dev/nvidia0 rw"]
+    assert "PrivateDevices" not in sandbox
+    assert sandbox["ProtectHome"] == ["read-only"]
+    assert sandbox["ReadWritePaths"] == ["/home/ai/models -/usr/share/ollama"]
+
+
 def test_linux_defaults(render):
     rendered = render(DEBIAN)
     derived = rendered["derived"]
@@ -150,12 +171,15 @@ def test_linux_defaults(render):
     assert derived["ollama_linux_archive_url"] == (
         "https://ollama.com/download/ollama-linux-amd64.tar.zst"
     )
-    lines = [line for line in rendered["dropin"].splitlines() if not line.startswith("#")]
-    assert lines == [
-        "[Service]",
-        'Environment="OLLAMA_HOST=127.0.0.1:11434"',
-        'Environment="OLLAMA_MODELS=/usr/share/ollama/.ollama/models"',
-    ]
+    assert systemd_environment(rendered["dropin"]) == {
+        "OLLAMA_HOST": "127.0.0.1:11434",
+        "OLLAMA_MODELS": "/usr/share/ollama/.ollama/models",
+    }
+    sandbox = directives(rendered["dropin"])
+    assert sandbox["ReadWritePaths"] == ["/usr/share/ollama/.ollama/models -/usr/share/ollama"]
+    assert sandbox["ProtectHome"] == ["yes"]
+    assert sandbox["PrivateDevices"] == ["yes"]
+    assert "DeviceAllow" not in sandbox
     unit = rendered["unit"]
     assert "ExecStart=/usr/local/bin/ollama serve\n" in unit
     assert "User=ollama\n" in unit
