@@ -184,6 +184,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_contract import WORKER_KINDS
 from ansible.module_utils.coordinator_probe import describe_http_error, describe_unreachable
 from ansible.module_utils.coordinator_registry import (
     Expected,
@@ -205,7 +206,7 @@ def argument_spec() -> dict[str, Any]:
         "coordinator_url": {"type": "str", "required": True},
         "coordinator_token": {"type": "str", "no_log": True},
         "validate_certs": {"type": "bool", "default": True},
-        "kind": {"type": "str", "choices": ["web", "inference", "rag"]},
+        "kind": {"type": "str", "choices": list(WORKER_KINDS)},
         "expected": {
             "type": "list", "elements": "dict", "default": [],
             "options": {

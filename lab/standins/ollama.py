@@ -16,15 +16,9 @@ Ansible module use, closely enough that unchanged clients work against it:
   the configured latency, with Ollama's final statistics (``done_reason``,
   ``total_duration``, ``eval_count``, ...).
 
-Unknown paths answer ``404 page not found`` as Ollama does. Settings come from
-command-line flags or ``STANDIN_*`` environment variables at start, and can be read and
-changed at runtime with ``GET``/``POST /_standin/config`` (a JSON object of the same
-settings), which also reports how many requests each endpoint served. ``--state-file``
-keeps the models present across restarts.
-
-Standard library only: it runs on any machine with Python 3.11 as
-``python3 ollama.py --port 11434``, with ``standin_core.py`` beside it, or as
-``python3 -m lab.standins.ollama`` from the repository.
+Unknown paths answer ``404 page not found`` as Ollama does. ``--state-file`` keeps the
+models present across restarts. Settings, the control endpoint and how to run it:
+standin_core (``python3 ollama.py --port 11434``); every setting: lab/standins/README.md.
 """
 
 from __future__ import annotations

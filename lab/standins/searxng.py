@@ -14,13 +14,8 @@ uses, closely enough that an unchanged client (``requests``, the worker) works a
   from ``search.formats``.
 - ``GET /``: an HTML search page; ``GET /healthz``: ``OK``.
 
-Settings come from command-line flags or ``STANDIN_*`` environment variables at start, and
-can be read and changed at runtime with ``GET``/``POST /_standin/config`` (a JSON object of
-the same settings), which also reports how many requests each endpoint served.
-
-Standard library only: it runs on any machine with Python 3.11 as
-``python3 searxng.py --port 8888``, with ``standin_core.py`` beside it, or as
-``python3 -m lab.standins.searxng`` from the repository.
+Settings, the control endpoint and how to run it: standin_core (``python3 searxng.py
+--port 8888``); every setting: lab/standins/README.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,14 @@
 """What both stand-ins (ollama.py, searxng.py) share: settings from flags, environment and
 the control endpoint, the request counter, JSON and streamed answers, the server loop.
 
-Standard library only. Both stand-ins import it: from the repository as
-``lab.standins.standin_core``, and on a lab host as ``standin_core``, the file copied beside
-them (lab/prepare.yml).
+A stand-in takes its settings from command-line flags or ``STANDIN_*`` environment
+variables at start; ``GET``/``POST /_standin/config`` reads and changes them at runtime (a
+JSON object of the same settings) and reports how many requests each endpoint served.
+
+Standard library only, like the stand-ins: one runs on any machine with Python 3.11 as
+``python3 <name>.py --port N`` with this file beside it (lab/prepare.yml copies both onto
+the lab's hosts, where it is imported as ``standin_core``), or as ``python3 -m
+lab.standins.<name>`` from the repository.
 """
 
 from __future__ import annotations
