@@ -82,5 +82,9 @@ class InferenceWorker(base.OllamaWorker):
         return base.Outcome("done", result=str(answer))
 
 
+def main(argv: list[str] | None = None) -> int:
+    return base.main(InferenceWorker, InferConfig, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(base.main(InferenceWorker, InferConfig))
+    sys.exit(main())

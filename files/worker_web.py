@@ -147,5 +147,9 @@ def fallback_answer(reason: str, results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str] | None = None) -> int:
+    return base.main(WebWorker, WebConfig, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(base.main(WebWorker, WebConfig))
+    sys.exit(main())
