@@ -9,6 +9,7 @@ would download from a host the test machines cannot reach comes from get_pip.py.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,6 +33,16 @@ def seed_pip_bootstrap(home: Path) -> None:
                 cache / f"get_pip_{pip.replace('.', '_')}.py")
 
 
+def write_pip_config(home: Path) -> None:
+    """This environment's PIP_* settings (its index, CA, wheel directory), as the private
+    HOME's pip.conf: ansible-test runs pip with nothing of the environment but HOME and PATH."""
+    settings = sorted((key[4:].lower().replace("_", "-"), value)
+                      for key, value in os.environ.items() if key.startswith("PIP_"))
+    config = home / ".config" / "pip" / "pip.conf"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("[global]\n" + "".join(f"{key} = {value}\n" for key, value in settings))
+
+
 def test_our_module_utils_imports_become_the_collection_package():
     source = ("from ansible.module_utils.basic import AnsibleModule\n"
               "from ansible.module_utils.coordinator_probe import first_line\n")
@@ -43,6 +54,7 @@ def test_our_module_utils_imports_become_the_collection_package():
 def test_ansible_test_sanity_passes(tmp_path):
     collection = build(tmp_path)
     seed_pip_bootstrap(HOME)
+    write_pip_config(HOME)
     result = subprocess.run(
         [str(VENV_BIN / "ansible-test"), "sanity", "--local", "--python", PYTHON,
          "--color", "no"],
