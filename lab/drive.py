@@ -33,6 +33,7 @@ import requests
 import yaml
 
 from lab import lab
+from lab.throwaway import wait_for_port
 
 REPO = lab.REPO
 VENV_BIN = REPO / ".venv" / "bin"
@@ -180,8 +181,11 @@ class Node:
         lab.podman("network", "disconnect", "--force", self.network, self.name, capture=True)
 
     def connect(self) -> None:
+        """Back on the LAN, and answering: its sshd is reached again (a first connection
+        right after the interface comes back can time out)."""
         lab.podman("network", "connect", "--ip", self.address, self.network, self.name,
                    capture=True)
+        wait_for_port(22, 60, f"sshd of {self.name}", host=self.address)
 
 
 class Coordinator:

@@ -69,15 +69,15 @@ def wait_until(
         time.sleep(interval)
 
 
-def wait_for_port(port: int, timeout: float, what: str) -> None:
+def wait_for_port(port: int, timeout: float, what: str, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((host, port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+    raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout:.0f}s")
 
 
 class _Throwaway:
