@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +32,29 @@ def clean_env(prefix: str, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
+def soft_open_files(limit: int | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that starts the child with soft open-file limit ``limit`` (its hard
+    limit kept), as systemd starts services with 1024; None leaves the inherited limit."""
+    if limit is None:
+        return None
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    return lower
+
+
 class Process:
     """One subprocess, stdout and stderr in ``log``, so a test reads what a user would see."""
 
     def __init__(self, args: Sequence[str], env: dict[str, str], log: Path, cwd: Path,
-                 append: bool = False) -> None:
+                 append: bool = False, open_files: int | None = None) -> None:
         self.args = list(args)
         self.log_path = log
         with open(log, "ab" if append else "wb") as out:
             self.proc = subprocess.Popen(self.args, env=env, cwd=cwd, stdout=out,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT,
+                                         preexec_fn=soft_open_files(open_files))
         self.pid = self.proc.pid
 
     def output(self) -> str:
@@ -157,11 +171,12 @@ class Standin:
 class CoordinatorProcess:
     """``python -m coordinator`` from files/, as its service runs it, on a free port; ready
     once /health answers 200. ``settings`` are COORDINATOR_* variables without the prefix
-    (``heartbeat_ttl=2``); none is inherited from this environment."""
+    (``heartbeat_ttl=2``); none is inherited from this environment. ``open_files``: the soft
+    open-file limit it starts with (see ``soft_open_files``)."""
 
     def __init__(self, dsn: str, redis: ThrowawayRedis, log: Path, *,
                  token: str | None = None, port: int | None = None, timeout: float = 60,
-                 **settings: Any) -> None:
+                 open_files: int | None = None, **settings: Any) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token
@@ -173,7 +188,8 @@ class CoordinatorProcess:
         if token:
             variables["COORDINATOR_TOKEN"] = token
         self.process = Process([sys.executable, "-m", "coordinator"],
-                               clean_env("COORDINATOR_", variables), log, FILES)
+                               clean_env("COORDINATOR_", variables), log, FILES,
+                               open_files=open_files)
         try:
             wait_until(self._healthy, timeout, f"the Coordinator on port {self.port}")
         except BaseException:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import sys
 
 import uvicorn
@@ -15,6 +16,24 @@ from .app import create_app
 from .config import ConfigError, load_config
 from .errors import StartupError
 from .service import preflight
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft open-file limit to its hard limit; return the soft limit now.
+
+    Every connection holds a file descriptor, and a long-poll holds its connection for up to
+    a minute. systemd (and most shells) start programs with a soft limit of 1024 below a
+    far higher hard limit, which programs that need more are meant to raise themselves; at
+    the soft limit the event loop accepts and closes new connections at once, so clients
+    would see resets instead of answers."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        return soft
+    return hard
 
 
 def main() -> int:
@@ -31,7 +50,8 @@ def main() -> int:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
     logging.getLogger("coordinator").info(
-        "coordinator %s listening on %s:%s", __version__, cfg.bind, cfg.port)
+        "coordinator %s listening on %s:%s (open-file limit %d)", __version__, cfg.bind,
+        cfg.port, raise_open_file_limit())
     uvicorn.run(
         create_app(cfg), host=cfg.bind, port=cfg.port, loop="uvloop", http="httptools",
         access_log=False, server_header=False, log_config=None, backlog=4096,

@@ -13,12 +13,15 @@ from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 from tests.workers.conftest import Coordinator
 
 TOKEN = "fuzz-token-0123456789"
+# The soft open-file limit systemd starts services with; the Coordinator raises its own.
+SERVICE_OPEN_FILES = 1024
 
 
 @pytest.fixture(scope="session")
 def guarded(pg: ThrowawayPostgres, redis_server: ThrowawayRedis,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
-    with Coordinator(pg, redis_server, tmp_path_factory.mktemp("fuzz"), token=TOKEN) as coord:
+    with Coordinator(pg, redis_server, tmp_path_factory.mktemp("fuzz"), token=TOKEN,
+                     open_files=SERVICE_OPEN_FILES) as coord:
         yield coord
 
 

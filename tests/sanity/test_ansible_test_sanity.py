@@ -14,9 +14,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ansible_test._internal.host_configs import NativePythonConfig
-from ansible_test._internal.python_requirements import get_venv_packages
-
 from lab.drive import VENV_BIN
 
 from .collection import PACKAGE, REPO, build, collection_source
@@ -25,8 +22,17 @@ HOME = REPO / ".lab" / "ansible-test"
 PYTHON = "3.11"
 
 
+# Asked in a child process: importing ansible_test lowers the importing process's soft
+# open-file limit to 1024, which every program the later tests start would inherit.
+PIP_VERSION = (
+    "from ansible_test._internal.host_configs import NativePythonConfig\n"
+    "from ansible_test._internal.python_requirements import get_venv_packages\n"
+    f"print(get_venv_packages(NativePythonConfig(version={PYTHON!r}, path='python'))['pip'])")
+
+
 def seed_pip_bootstrap(home: Path) -> None:
-    pip = get_venv_packages(NativePythonConfig(version=PYTHON, path="python"))["pip"]
+    pip = subprocess.run([VENV_BIN / "python", "-c", PIP_VERSION], check=True,
+                         capture_output=True, text=True).stdout.strip()
     cache = home / ".ansible" / "test" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     shutil.copy(Path(__file__).with_name("get_pip.py"),

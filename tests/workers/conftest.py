@@ -57,10 +57,11 @@ class Coordinator(CoordinatorProcess):
     """The Coordinator with a short heartbeat TTL, and the two calls the worker tests make."""
 
     def __init__(self, pg: ThrowawayPostgres, rds: ThrowawayRedis, tmp: Path,
-                 port: int | None = None, token: str | None = None) -> None:
+                 port: int | None = None, token: str | None = None,
+                 open_files: int | None = None) -> None:
         port = port or free_port()
         super().__init__(pg.dsn, rds, tmp / f"coordinator-{port}.log", port=port, token=token,
-                         heartbeat_ttl=HEARTBEAT_TTL)
+                         open_files=open_files, heartbeat_ttl=HEARTBEAT_TTL)
 
     def route(self, prompt: str, task_type: str, **extra: str) -> str:
         response = requests.post(f"{self.url}/route", timeout=10,
