@@ -19,6 +19,9 @@ description:
   - >-
     A failed pull fails the task with Ollama's own message, whether it arrives as an
     C({"error": ...}) line inside the progress stream or as the body of an HTTP error.
+  - With O(digest), the model must be those weights. Ollama names can move to other weights
+    (a tag pulled again later), so a pin says which ones a cluster runs. A present model with
+    another digest fails the task, naming both, and is left alone.
   - Runs on the target with the Python standard library and Ansible's own URL helpers only.
 version_added: "0.1.0"
 options:
@@ -30,6 +33,16 @@ options:
     type: str
     required: true
     aliases: [model]
+  digest:
+    description:
+      - The digest the model must have, as C(GET /api/tags) lists it (64 hex digits, with or
+        without C(sha256:); C(ollama list) shows its first 12).
+      - A present model with another digest fails the task and is not pulled again (a pull
+        fetches whatever the name points to now). An absent model is pulled by name and then
+        checked; one with other weights fails the task and stays pulled.
+      - Only with O(state=present).
+    type: str
+    version_added: "0.2.0"
   state:
     description:
       - V(present) pulls the model when Ollama does not list it.
@@ -66,7 +79,9 @@ attributes:
   check_mode:
     description: Can run in check mode and report what it would change without changing it.
     support: full
-    details: Reports whether the model would be pulled or deleted; only C(GET /api/tags) is sent.
+    details: >-
+      Reports whether the model would be pulled or deleted, and fails as a run would when a
+      present model does not match O(digest); only C(GET /api/tags) is sent.
   diff_mode:
     description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
@@ -102,6 +117,11 @@ EXAMPLES = r"""
     name: llama3.2:3b
     state: absent
 
+- name: Make sure the web worker's model is the weights the cluster was tested with
+  ollama_model:
+    name: hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M
+    digest: 9ac2bd8e0b5d3d3c85c1e1bde1f4a9cbb6e0e7e7f28f0ae4f2b8e1b2fd1f4a3c
+
 - name: See what a run would pull, without pulling
   ollama_model:
     name: llama3.2:3b
@@ -129,6 +149,13 @@ model:
   returned: always
   type: dict
   sample: {"name": "llama3.2:3b", "digest": "a80c4f17acd5...", "size": 2019393189}
+digest:
+  description:
+    - The digest of the model after the run (before it, in check mode), as C(GET /api/tags)
+      lists it; V(null) when it is absent.
+  returned: always
+  type: str
+  sample: a80c4f17acd55265feec403c7aef86be0c25983ab279d83f3bcd3abbcb5b8b72
 pull:
   description: How the pull ended, from Ollama's progress stream.
   returned: when a model was pulled
@@ -206,6 +233,35 @@ def find_model(name: str, tags: dict[str, Any]) -> dict[str, Any] | None:
         if listed and canonical_model_name(listed) == wanted:
             return entry
     return None
+
+
+def normalize_digest(value: str) -> str:
+    """A pin as ``GET /api/tags`` lists digests: 64 lowercase hex digits, no ``sha256:``."""
+    digest = value.strip().lower()
+    if digest.startswith("sha256:"):
+        digest = digest[len("sha256:"):]
+    if len(digest) != 64 or any(char not in "0123456789abcdef" for char in digest):
+        raise ValueError(f"digest must be 64 hex digits (optionally after sha256:), got {value!r}")
+    return digest
+
+
+def short_digest(digest: str | None) -> str:
+    """The 12 digits ``ollama list`` shows as a model's ID."""
+    return (digest or "none")[:12]
+
+
+def pin_mismatch(name: str, url: str, entry: dict[str, Any] | None, pin: str | None) -> str | None:
+    """Why the listed model is not the pinned weights, in one line; None when it is (or no pin,
+    or the model is absent)."""
+    if pin is None or entry is None:
+        return None
+    present = str(entry.get("digest") or "")
+    if present == pin:
+        return None
+    return (
+        f"{name} on {url} has digest {short_digest(present)}, pinned {short_digest(pin)}: "
+        "same name, other weights; pull the pinned weights there, or change the pin"
+    )
 
 
 def decide(state: str, entry: dict[str, Any] | None) -> str:
@@ -400,8 +456,12 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     name: str = params["name"]
     try:
         canonical_model_name(name)
+        pin = normalize_digest(params["digest"]) if params["digest"] is not None else None
     except ValueError as exc:
         module.fail_json(msg=str(exc), name=name)
+    if pin is not None and params["state"] != "present":
+        module.fail_json(msg="digest applies to state=present only; leave it out to delete",
+                         name=name)
     client = OllamaClient(
         normalize_url(params["host"]), params["timeout"], params["validate_certs"]
     )
@@ -411,12 +471,16 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         raise
     except OllamaError as exc:
         raise OllamaError(f"Ollama at {client.url} could not list its models: {exc}") from exc
+    mismatch = pin_mismatch(name, client.url, entry, pin)
+    if mismatch is not None:
+        raise OllamaError(mismatch)
     operation = decide(params["state"], entry)
     result: dict[str, Any] = {
         "changed": operation != "none",
         "name": name,
         "operation": operation,
         "model": model_summary(entry),
+        "digest": entry.get("digest") if entry else None,
     }
     if operation == "none":
         result["msg"] = f"{name} is already {params['state']}"
@@ -437,7 +501,12 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         raise
     except OllamaError as exc:
         raise OllamaError(f"Ollama could not {operation} {name}: {exc}") from exc
-    result["model"] = model_summary(find_model(name, client.tags()))
+    entry = find_model(name, client.tags())
+    result["model"] = model_summary(entry)
+    result["digest"] = entry.get("digest") if entry else None
+    mismatch = pin_mismatch(name, client.url, entry, pin)
+    if mismatch is not None:
+        raise OllamaError(f"pulled, and it stays: {mismatch}")
     return result
 
 
@@ -446,6 +515,7 @@ def main() -> None:
         argument_spec={
             "name": {"type": "str", "required": True, "aliases": ["model"]},
             "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+            "digest": {"type": "str"},
             "host": {"type": "str", "default": "http://127.0.0.1:11434"},
             "timeout": {"type": "int", "default": 3600},
             "insecure": {"type": "bool", "default": False},

@@ -29,7 +29,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -95,22 +95,26 @@ def as_pullable(value: object) -> str | list[str]:
         ) from None
 
 
-def as_pull_errors(value: object) -> dict[str, str]:
-    """Coerce a map from model name to the error Ollama gives when pulling it."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else {}
-        except ValueError:
-            value = None
-    if not isinstance(value, dict) or not all(
-        is_model_name(name) and isinstance(error, str) and error.strip()
-        for name, error in value.items()
-    ):
-        raise core.BadSetting(
-            'expected a JSON object from model name to error text, e.g. {"llama3.2": '
-            f'"pull model manifest: 412: ..."}}, got {value!r}'
-        )
-    return {canonical_name(name): error for name, error in value.items()}
+def as_model_map(what: str, example: str) -> Callable[[object], dict[str, str]]:
+    """A coercion of a map from model name to non-empty ``what`` text (JSON text or an
+    object), keyed by canonical name; ``example`` is a value shown in its error."""
+
+    def coerce(value: object) -> dict[str, str]:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError:
+                value = None
+        if not isinstance(value, dict) or not all(
+            is_model_name(name) and isinstance(text, str) and text.strip()
+            for name, text in value.items()
+        ):
+            raise core.BadSetting(
+                f'expected a JSON object from model name to {what}, e.g. {{"llama3.2": '
+                f'"{example}"}}, got {value!r}'
+            )
+        return {canonical_name(name): text for name, text in value.items()}
+    return coerce
 
 
 def as_text(value: object) -> str:
@@ -125,8 +129,14 @@ SCHEMA = (
     core.Setting(
         "pull_errors",
         {},
-        as_pull_errors,
+        as_model_map("error text", "pull model manifest: 412: ..."),
         "JSON object: model name -> the error Ollama gives when pulling it",
+    ),
+    core.Setting(
+        "weights",
+        {},
+        as_model_map("a weights label", "retrained"),
+        "JSON object: model name -> label of other weights under that name (another digest)",
     ),
     core.Setting("pull_seconds", 1.0, core.as_float(0), "how long pulling an absent model takes"),
     core.Setting("latency", 0.0, core.as_float(0), "seconds each generate/chat call takes"),
@@ -187,14 +197,15 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def describe(name: str) -> dict[str, Any]:
-    """Plausible, deterministic metadata guessed from a model's name."""
+def describe(name: str, weights: str = "") -> dict[str, Any]:
+    """Plausible, deterministic metadata guessed from a model's name; ``weights`` labels other
+    weights under the same name, which change the digest alone, as a moved tag does."""
     match = PARAMETER_COUNT.search(name.rsplit("/", 1)[-1])
     billions = float(match.group(1)) if match else 3.0
     tag = name.rsplit(":", 1)[-1]
     family = next((fam for key, fam in FAMILIES if key in name.lower()), "llama")
     return {
-        "digest": sha256_hex(name.lower()),
+        "digest": sha256_hex(name.lower() + (f"\n{weights}" if weights else "")),
         # About 4.8 bits a weight, as Q4_K_M files weigh.
         "size": int(billions * 0.6e9),
         "parameter_count": int(billions * 1e9),
@@ -209,10 +220,11 @@ def describe(name: str) -> dict[str, Any]:
     }
 
 
-def layers_for(name: str) -> list[tuple[str, int]]:
+def layers_for(name: str, weights: str = "") -> list[tuple[str, int]]:
     """The blobs a pull of ``name`` fetches: weights, template, parameters."""
+    info = describe(name, weights)
     return [
-        ("sha256:" + describe(name)["digest"], describe(name)["size"]),
+        ("sha256:" + info["digest"], info["size"]),
         ("sha256:" + sha256_hex("template\n" + name.lower()), 1024),
         ("sha256:" + sha256_hex("params\n" + name.lower()), 96),
     ]
@@ -302,6 +314,15 @@ class OllamaStore(core.Store):
             self.loaded.pop(name, None)
             return True
 
+    def weights(self, name: str) -> str:
+        """The label of the weights served under ``name`` ("" for the usual ones)."""
+        with self.lock:
+            return next((label for known, label in self.values["weights"].items()
+                         if same_model(known, name)), "")
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return describe(name, self.weights(name))
+
     def keep_loaded(self, name: str, seconds: float) -> None:
         """A request for ``name`` loads it for ``seconds`` (0 unloads it, negative: for ever)."""
         with self.lock:
@@ -319,7 +340,7 @@ class OllamaStore(core.Store):
             loaded = sorted(self.loaded.items(), key=lambda item: item[1], reverse=True)
         models = []
         for name, until in loaded:
-            info = describe(name)
+            info = self.describe(name)
             models.append({
                 "name": name, "model": name, "size": info["size"], "digest": info["digest"],
                 "details": info["details"],
@@ -346,7 +367,7 @@ class OllamaStore(core.Store):
             present = sorted(self.modified.items(), key=lambda item: item[1], reverse=True)
         models = []
         for name, modified_at in present:
-            info = describe(name)
+            info = self.describe(name)
             models.append(
                 {
                     "name": name,
@@ -437,7 +458,7 @@ class OllamaHandler(core.StandinHandler):
         if name is None:
             self.send_json(404, {"error": f"model '{requested}' not found"})
             return
-        info = describe(name)
+        info = self.store.describe(name)
         self.send_json(
             200,
             {
@@ -508,7 +529,7 @@ class OllamaHandler(core.StandinHandler):
         # A model already present has its blobs: the pull only re-checks them.
         seconds = 0.0 if self.store.find(name) else self.store.get("pull_seconds")
         steps = 4
-        for index, (digest, total) in enumerate(layers_for(name)):
+        for index, (digest, total) in enumerate(layers_for(name, self.store.weights(name))):
             status = f"pulling {digest[7:19]}"
             if index > 0:
                 yield {"status": status, "digest": digest, "total": total, "completed": total}

@@ -181,3 +181,46 @@ def test_invalid_name_fails_before_asking_ollama(standin, run_module):
         "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
     )
     assert standin.config()["requests"] == {}
+
+
+def test_a_pinned_digest_is_returned_checked_and_kept(standin, run_module):
+    listed = run_module({"name": HF, "host": standin.url})
+    pin = listed["digest"]
+    assert listed["model"]["digest"] == pin and len(pin) == 64
+
+    same = run_module({"name": HF, "host": standin.url, "digest": f"sha256:{pin.upper()}"})
+    assert (same["changed"], same["digest"]) == (False, pin)
+
+    standin.config(weights={HF: "retrained"})
+    moved = standin.get("/api/tags")["models"][0]["digest"]
+    for check in (False, True):
+        refused = run_module({"name": HF, "host": standin.url, "digest": pin}, check=check)
+        assert refused["failed"] is True
+        assert refused["msg"] == (
+            f"{HF} on {standin.url} has digest {moved[:12]}, pinned {pin[:12]}: same name, "
+            "other weights; pull the pinned weights there, or change the pin")
+    assert "/api/pull" not in standin.config()["requests"]
+
+
+def test_an_absent_model_pulled_with_other_weights_than_pinned_fails_saying_so(standin,
+                                                                             run_module):
+    expected = layers_for("llama3.2:3b")[0][0].removeprefix("sha256:")
+    standin.config(weights={"llama3.2:3b": "moved-tag"})
+    result = run_module({"name": "llama3.2:3b", "host": standin.url, "digest": expected})
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"pulled, and it stays: llama3.2:3b on {standin.url} has "
+                                    f"digest ")
+    assert result["msg"].endswith(f", pinned {expected[:12]}: same name, other weights; pull "
+                                  "the pinned weights there, or change the pin")
+    assert "llama3.2:3b" in model_names(standin)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"digest": "abc"}, "digest must be 64 hex digits (optionally after sha256:), got 'abc'"),
+    ({"digest": "0" * 64, "state": "absent"},
+     "digest applies to state=present only; leave it out to delete"),
+])
+def test_a_wrong_digest_option_fails_before_asking_ollama(standin, run_module, args, message):
+    result = run_module({"name": HF, "host": standin.url, **args})
+    assert (result["failed"], result["msg"]) == (True, message)
+    assert "/api/tags" not in standin.config()["requests"]

@@ -272,3 +272,20 @@ def test_pull_success_through_the_client(monkeypatch):
         "completed_bytes": 7,
         "layers": 1,
     }
+
+
+def test_a_pin_is_normalized_to_how_tags_lists_digests():
+    digest = "ab" * 32
+    assert om.normalize_digest(f" sha256:{digest.upper()} ") == digest
+    with pytest.raises(ValueError, match="64 hex digits"):
+        om.normalize_digest("sha256:" + "g" * 64)
+
+
+def test_pin_mismatch_names_both_short_digests_and_only_when_they_differ():
+    pin, other = "a" * 64, "b" * 64
+    assert om.pin_mismatch("m", "http://h", {"digest": pin}, pin) is None
+    assert om.pin_mismatch("m", "http://h", None, pin) is None
+    assert om.pin_mismatch("m", "http://h", {"digest": other}, None) is None
+    assert om.pin_mismatch("m", "http://h", {"digest": other}, pin) == (
+        f"m on http://h has digest {other[:12]}, pinned {pin[:12]}: same name, other weights; "
+        "pull the pinned weights there, or change the pin")

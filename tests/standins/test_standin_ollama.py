@@ -59,6 +59,29 @@ def test_tags_lists_the_default_model_with_ollama_fields(ollama):
     assert details["family"]
 
 
+def digest_of(base: str, name: str) -> str:
+    return next(model["digest"] for model in requests.get(f"{base}/api/tags", timeout=5)
+                .json()["models"] if model["name"] == name)
+
+
+def test_digests_are_stable_and_other_weights_under_the_same_name_change_only_them(launch):
+    first, second = launch("ollama"), launch("ollama")
+    assert digest_of(first.url, LFM) == digest_of(second.url, LFM)
+
+    second.config(weights={LFM: "retrained"})
+    moved = digest_of(second.url, LFM)
+    assert moved != digest_of(first.url, LFM) and len(moved) == 64
+    post(second.url, "/api/generate", {"model": LFM, "prompt": "", "stream": False})
+    running = requests.get(f"{second.url}/api/ps", timeout=5).json()["models"]
+    assert [model["digest"] for model in running] == [moved]
+    pulled = ndjson(post(second.url, "/api/pull", {"model": LFM}))
+    assert pulled[1]["digest"] == f"sha256:{moved}"
+    assert tag_names(second.url) == [LFM]
+
+    second.config(weights={})
+    assert digest_of(second.url, LFM) == digest_of(first.url, LFM)
+
+
 def test_show_present_and_absent(ollama):
     shown = post(ollama.url, "/api/show", {"model": LFM})
     absent = post(ollama.url, "/api/show", {"model": "llama3.2"})
