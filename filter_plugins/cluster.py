@@ -91,6 +91,55 @@ def process_problems(results: Iterable[Mapping[str, Any]], want: Mapping[str, in
     return problems
 
 
+def _short(digest: str | None) -> str:
+    """The 12 digits ``ollama list`` shows as a model's ID."""
+    return (digest or "none")[:12]
+
+
+def model_digest_problems(new_hosts: Iterable[str], old_hosts: Iterable[str],
+                          hostvars: Mapping[str, Any],
+                          override: str = "-e migrate_web_allow_other_weights=true") -> list[str]:
+    """Why a new host's web worker would not serve the weights the old hosts' serve, one line
+    each, from the ``worker_model`` each host published (worker role, ``tasks_from: model``).
+    An old host whose Ollama lists no such model serves raw results: nothing to keep."""
+    problems = []
+    old = [(host, hostvars[host].get("worker_model") or {}) for host in old_hosts]
+    for host, model in old:
+        if model.get("error"):
+            problems.append(f"cannot tell which weights {host}'s web worker serves "
+                            f"({model['error']}): start its Ollama, or pass {override}")
+    for new_host in new_hosts:
+        mine = hostvars[new_host].get("worker_model") or {}
+        if mine.get("error"):
+            problems.append(f"cannot tell which weights {new_host} would serve "
+                            f"({mine['error']})")
+            continue
+        for old_host, theirs in old:
+            if theirs.get("error") or not theirs.get("digest") or (
+                    mine.get("digest") == theirs["digest"]):
+                continue
+            if mine.get("name") == theirs.get("name"):
+                problems.append(
+                    f"same model name, other weights: {new_host} has {mine['name']} "
+                    f"{_short(mine.get('digest'))}, {old_host} serves {_short(theirs['digest'])}: "
+                    f"pull {theirs['digest']} on {new_host} or pin it, or pass {override}")
+            else:
+                problems.append(
+                    f"{new_host} would serve {mine.get('name')} ({_short(mine.get('digest'))}), "
+                    f"{old_host} serves {theirs.get('name')} ({_short(theirs['digest'])}): "
+                    f"move with the same model, or pass {override}")
+    return problems
+
+
+def model_summary(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str:
+    """``host: model (digest 12 digits)`` for each host's published ``worker_model``."""
+    lines = []
+    for host in hosts:
+        model = hostvars[host].get("worker_model") or {}
+        lines.append(f"{host}: {model.get('name')} (digest {_short(model.get('digest'))})")
+    return "; ".join(lines)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -98,4 +147,6 @@ class FilterModule:
             "running_workers": running_workers,
             "worker_addresses": worker_addresses,
             "process_problems": process_problems,
+            "model_digest_problems": model_digest_problems,
+            "model_summary": model_summary,
         }

@@ -8,6 +8,8 @@ web worker in the Coordinator's registry, with one worker_web.py process, on its
 - site.yml with one host down stops, naming it, and changes nothing;
 - the old host unreachable before the move (its worker still serving): stops before any
   change, the old worker serving;
+- other weights under the model's name on the new host (another digest): stops in preflight,
+  naming both digests, unless -e migrate_web_allow_other_weights=true, which moves;
 - a worker_web.py started by hand on a host outside web_workers: named and refused before
   any change;
 - the new host gone from the network after its worker started: rolled back, the old worker
@@ -27,6 +29,7 @@ import pytest
 import requests
 
 from lab import drive
+from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import wait_until
 
 from .conftest import STANDIN_LATENCY
@@ -66,6 +69,42 @@ def test_old_host_unreachable_stops_the_move_before_any_change(cluster) -> None:
     outcome = traffic.outcome()
     cluster.assert_settled(outcome, old)
     assert outcome.hosts() == {cluster.nodes[old].address}
+
+
+def model_digest(address: str) -> str:
+    models = requests.get(f"http://{address}:11434/api/tags", timeout=10).json()["models"]
+    return next(model["digest"] for model in models if model["name"] == DEFAULT_MODEL)
+
+
+def test_other_weights_under_the_same_name_stop_the_move_in_preflight(cluster) -> None:
+    old = cluster.web_host()
+    new = cluster.other(old)
+    standin = f"http://{cluster.nodes[new].address}:11434/_standin/config"
+    requests.post(standin, json={"weights": {DEFAULT_MODEL: "retrained"}},
+                  timeout=10).raise_for_status()
+    try:
+        serving, moved = model_digest(cluster.nodes[old].address), model_digest(
+            cluster.nodes[new].address)
+        assert serving != moved
+        with cluster.traffic() as traffic:
+            run = cluster.migrate(new)
+        assert run.returncode != 0
+        assert (f"preflight on {new} stopped, nothing was changed on the running web worker: "
+                f"same model name, other weights: {new} has {DEFAULT_MODEL} {moved[:12]}, "
+                f"{old} serves {serving[:12]}: pull {serving} on {new} or pin it, or pass -e "
+                "migrate_web_allow_other_weights=true") in run.unfolded()
+        assert set(run.changed().values()) == {0}
+        outcome = traffic.outcome()
+        cluster.assert_settled(outcome, old)
+        assert outcome.hosts() == {cluster.nodes[old].address}
+
+        with cluster.traffic() as traffic:
+            run = cluster.migrate(new, "-e", "migrate_web_allow_other_weights=true")
+        assert run.returncode == 0, run.output[-3000:]
+        assert f"model: {new}: {DEFAULT_MODEL} (digest {moved[:12]})" in run.unfolded()
+        cluster.assert_settled(traffic.outcome(), new)
+    finally:
+        requests.post(standin, json={"weights": {}}, timeout=10).raise_for_status()
 
 
 def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> None:

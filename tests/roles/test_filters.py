@@ -173,3 +173,40 @@ def test_no_two_filter_plugins_share_a_filter_name():
         for name in load(path).FilterModule().filters():
             owners.setdefault(name, []).append(str(path.relative_to(REPO)))
     assert {name: paths for name, paths in owners.items() if len(paths) > 1} == {}
+
+
+def models(**by_host: tuple[str, str | None, str]) -> dict[str, dict]:
+    return {host: {"worker_model": {"name": name, "digest": digest, "error": error}}
+            for host, (name, digest, error) in by_host.items()}
+
+
+def test_model_digest_problems_name_both_digests_and_what_to_do():
+    same, other = "a" * 64, "b" * 64
+    ok = models(new=("m:q4", same, ""), old=("m:q4", same, ""))
+    assert cluster.model_digest_problems(["new"], ["old"], ok) == []
+    moved = models(new=("m:q4", other, ""), old=("m:q4", same, ""))
+    assert cluster.model_digest_problems(["new"], ["old"], moved) == [
+        f"same model name, other weights: new has m:q4 {other[:12]}, old serves {same[:12]}: "
+        f"pull {same} on new or pin it, or pass -e migrate_web_allow_other_weights=true"]
+    renamed = models(new=("n:q8", other, ""), old=("m:q4", same, ""))
+    assert cluster.model_digest_problems(["new"], ["old"], renamed) == [
+        f"new would serve n:q8 ({other[:12]}), old serves m:q4 ({same[:12]}): move with the "
+        "same model, or pass -e migrate_web_allow_other_weights=true"]
+
+
+def test_model_digest_problems_when_an_ollama_cannot_be_asked_or_has_no_model():
+    down = models(new=("m", "a" * 64, ""), old=("m", None, "Ollama not reachable at x"))
+    assert cluster.model_digest_problems(["new"], ["old"], down) == [
+        "cannot tell which weights old's web worker serves (Ollama not reachable at x): start "
+        "its Ollama, or pass -e migrate_web_allow_other_weights=true"]
+    # No model on the old host: it serves raw results, there are no weights to keep.
+    assert cluster.model_digest_problems(["new"], ["old"],
+                                         models(new=("m", "a" * 64, ""), old=("m", None, ""))
+                                         ) == []
+    assert cluster.model_digest_problems(["new"], [], models(new=("m", "a" * 64, ""))) == []
+
+
+def test_model_summary_names_each_host_its_model_and_digest():
+    hostvars = models(a=("m:q4", "c" * 64, ""), b=("m:q4", None, "down"))
+    assert cluster.model_summary(["a", "b"], hostvars) == (
+        f"a: m:q4 (digest {'c' * 12}); b: m:q4 (digest none)")
