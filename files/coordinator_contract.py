@@ -76,7 +76,8 @@ CLAIM_SQL = ASYNC_COMMIT + CLAIM
 RECLAIM_SQL = ASYNC_COMMIT + RECLAIM
 RESULT_SQL = """
 UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,
-       error = %(error)s, worker = %(worker)s, finished_at = clock_timestamp()
+       error = %(error)s, worker = %(worker)s, answered_model = %(answered_model)s,
+       finished_at = clock_timestamp()
  WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s"""
 ADOPT_SQL = """
 SELECT id::text FROM tasks

@@ -289,6 +289,8 @@ class Outcome:
     result: str | None = None
     error: str | None = None
     fallback: bool = False
+    # The model whose answer is the result (tasks.answered_model).
+    answered_model: str | None = None
 
 
 class Worker:
@@ -699,6 +701,7 @@ class Worker:
                 "id": task.id, "claim": task.claim, "status": outcome.status,
                 "result": outcome.result, "error": outcome.error,
                 "fallback": outcome.fallback, "worker": self.result_worker(),
+                "answered_model": outcome.answered_model,
             })
             written = cur.rowcount == 1
         if written:

@@ -79,7 +79,7 @@ class InferenceWorker(base.OllamaWorker):
         except (KeyError, TypeError):
             return base.Outcome("failed", error=f"Ollama at {self.cfg.ollama_host} answered "
                                            "without the expected fields")
-        return base.Outcome("done", result=str(answer))
+        return base.Outcome("done", result=str(answer), answered_model=model)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,7 +82,8 @@ class WebWorker(base.OllamaWorker):
         if not results:
             return base.Outcome("done", result=f"SearXNG found nothing for: {task.prompt}")
         try:
-            return base.Outcome("done", result=self.summarise(task.prompt, results))
+            return base.Outcome("done", result=self.summarise(task.prompt, results),
+                                answered_model=self.cfg.ollama_model)
         except SummaryError as error:
             return base.Outcome("done", result=fallback_answer(str(error), results), fallback=True)
 

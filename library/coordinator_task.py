@@ -83,6 +83,13 @@ options:
         is acceptable. By default such an answer fails the task.
     type: bool
     default: false
+  answered_model:
+    description:
+      - Model that must have written the answer (the C(answered_model) column the worker
+        fills in), compared case-insensitively. A fallback answer has none.
+      - Unset accepts any.
+    type: str
+    version_added: "0.2.0"
   timeout:
     description:
       - Seconds to wait for the task to reach C(done) or C(failed), counted from routing.
@@ -253,6 +260,11 @@ fallback:
   returned: when the task's row was read
   type: bool
   sample: false
+answered_model:
+  description: The model whose answer is the result; null for a failure or a fallback answer.
+  returned: when the task's row was read
+  type: str
+  sample: hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M
 answer:
   description: The task's result.
   returned: when the task's row was read
@@ -348,6 +360,7 @@ def argument_spec() -> dict[str, Any]:
         "target_worker": {"type": "str"},
         "worker_host": {"type": "str"},
         "allow_fallback": {"type": "bool", "default": False},
+        "answered_model": {"type": "str"},
         "timeout": {"type": "int", "default": 60},
         "poll_interval": {"type": "float", "default": 1.0},
         "pg_dsn": {"type": "str", "no_log": True},
@@ -499,7 +512,8 @@ def run(module: AnsibleModule, driver: Driver) -> dict[str, Any]:
         row = probe.wait(probe.route(), started)
     finally:
         probe.close()
-    expect = Expectation(module.params["worker_host"], module.params["allow_fallback"])
+    expect = Expectation(module.params["worker_host"], module.params["allow_fallback"],
+                         module.params["answered_model"])
     failure = judge_final(row, expect)
     if failure:
         raise ProbeError(failure, result_fields(row))

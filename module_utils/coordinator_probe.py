@@ -28,6 +28,7 @@ TASK_COLUMNS = (
     "created_at",
     "started_at",
     "finished_at",
+    "answered_model",
 )
 SELECT_TASK_SQL = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks WHERE id = %s::uuid"
 # Run before routing: a missing table means the probe looks at the wrong database, and saying
@@ -61,12 +62,14 @@ class TaskRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    answered_model: str | None = None
 
 
 @dataclass(frozen=True)
 class Expectation:
     worker_host: str | None
     allow_fallback: bool
+    answered_model: str | None = None
 
 
 class ProbeError(Exception):
@@ -305,6 +308,12 @@ def judge_final(row: TaskRow, expect: Expectation) -> str | None:
         return f"task {row.id} done on {_where(row)}, expected {expect.worker_host}"
     if row.fallback and not expect.allow_fallback:
         return f"task {row.id} done with fallback: summarisation failed on {_where(row)}"
+    if expect.answered_model and (
+            (row.answered_model or "").casefold() != expect.answered_model.casefold()):
+        answered = (f"model {row.answered_model}" if row.answered_model
+                    else "no model (a fallback answer)")
+        return (f"task {row.id} done on {_where(row)} by {answered}, expected model "
+                f"{expect.answered_model}")
     return None
 
 
@@ -345,6 +354,7 @@ def result_fields(row: TaskRow) -> dict[str, Any]:
         "worker_id": row.worker_id,
         "worker_host": row.worker_host,
         "fallback": row.fallback,
+        "answered_model": row.answered_model,
         "answer": row.result,
         "error": row.error,
         "seconds": seconds,

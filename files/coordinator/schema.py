@@ -110,10 +110,18 @@ COMMENT ON COLUMN workers.stopped_at IS
     'heartbeats again';
 """
 
+_V3 = """
+ALTER TABLE tasks ADD COLUMN IF NOT EXISTS answered_model text;
+COMMENT ON COLUMN tasks.answered_model IS
+    'the model whose answer is the result, as the worker asked Ollama for it; null for a '
+    'failure, a fallback answer or a result no model wrote';
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
     (2, "workers.stopped_at: a worker that said goodbye is not alive", _V2),
+    (3, "tasks.answered_model: the model that wrote the result", _V3),
 ]
 
 #: Whether a `workers` row is alive: it heartbeated within the TTL (the query's parameter

@@ -95,25 +95,34 @@ def as_pullable(value: object) -> str | list[str]:
         ) from None
 
 
-def as_model_map(what: str, example: str) -> Callable[[object], dict[str, str]]:
-    """A coercion of a map from model name to non-empty ``what`` text (JSON text or an
-    object), keyed by canonical name; ``example`` is a value shown in its error."""
+def is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
-    def coerce(value: object) -> dict[str, str]:
+
+def is_seconds(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and 0 <= value < float("inf"))
+
+
+def as_model_map(what: str, example: object,
+                 valid: Callable[[object], bool] = is_text) -> Callable[[object], dict[str, Any]]:
+    """A coercion of a map from model name to ``what`` (JSON text or an object), keyed by
+    canonical name; ``valid`` accepts a value, ``example`` is one shown in its error."""
+
+    def coerce(value: object) -> dict[str, Any]:
         if isinstance(value, str):
             try:
                 value = json.loads(value) if value.strip() else {}
             except ValueError:
                 value = None
         if not isinstance(value, dict) or not all(
-            is_model_name(name) and isinstance(text, str) and text.strip()
-            for name, text in value.items()
+            is_model_name(name) and valid(entry) for name, entry in value.items()
         ):
             raise core.BadSetting(
-                f'expected a JSON object from model name to {what}, e.g. {{"llama3.2": '
-                f'"{example}"}}, got {value!r}'
+                f"expected a JSON object from model name to {what}, e.g. "
+                f"{json.dumps({'llama3.2': example})}, got {value!r}"
             )
-        return {canonical_name(name): text for name, text in value.items()}
+        return {canonical_name(name): entry for name, entry in value.items()}
     return coerce
 
 
@@ -140,6 +149,18 @@ SCHEMA = (
     ),
     core.Setting("pull_seconds", 1.0, core.as_float(0), "how long pulling an absent model takes"),
     core.Setting("latency", 0.0, core.as_float(0), "seconds each generate/chat call takes"),
+    core.Setting(
+        "model_latency",
+        {},
+        as_model_map("seconds", 2.5, is_seconds),
+        "JSON object: model name -> seconds its generate/chat calls take (instead of latency)",
+    ),
+    core.Setting(
+        "load_errors",
+        {},
+        as_model_map("error text", "llama runner process has terminated: exit status 2"),
+        "JSON object: model name -> the error Ollama gives when that model fails to load",
+    ),
     core.Setting(
         "fail",
         None,
@@ -314,11 +335,15 @@ class OllamaStore(core.Store):
             self.loaded.pop(name, None)
             return True
 
+    def for_model(self, setting: str, name: str) -> Any:
+        """The entry for ``name`` of a setting keyed by model name, or None."""
+        with self.lock:
+            return next((value for known, value in self.values[setting].items()
+                         if same_model(known, name)), None)
+
     def weights(self, name: str) -> str:
         """The label of the weights served under ``name`` ("" for the usual ones)."""
-        with self.lock:
-            return next((label for known, label in self.values["weights"].items()
-                         if same_model(known, name)), "")
+        return self.for_model("weights", name) or ""
 
     def describe(self, name: str) -> dict[str, Any]:
         return describe(name, self.weights(name))
@@ -353,8 +378,7 @@ class OllamaStore(core.Store):
     def pull_error(self, name: str) -> str | None:
         """The error pulling ``name`` gives, or None when the pull succeeds."""
         with self.lock:
-            error = next((error for known, error in self.values["pull_errors"].items()
-                          if same_model(known, name)), None)
+            error = self.for_model("pull_errors", name)
             if error is not None:
                 return error
             pullable = self.values["pullable"]
@@ -571,6 +595,10 @@ class OllamaHandler(core.StandinHandler):
             return
         if self.injected_failure(generation=True):
             return
+        load_error = self.store.for_model("load_errors", name)
+        if load_error is not None:
+            self.send_json(500, {"error": load_error})
+            return
         self.store.keep_loaded(name, keep_alive)
         if chat:
             messages = request.get("messages") or []
@@ -602,7 +630,9 @@ class OllamaHandler(core.StandinHandler):
         if request.get("format") == "json" or isinstance(request.get("format"), dict):
             text = json.dumps({"summary": text}, ensure_ascii=False)
         pieces = PIECES.findall(text)
-        latency = self.store.get("latency")
+        latency = self.store.for_model("model_latency", name)
+        if latency is None:
+            latency = self.store.get("latency")
 
         def final(content: str) -> dict[str, Any]:
             total = time.monotonic_ns() - started

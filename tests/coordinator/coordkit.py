@@ -213,7 +213,8 @@ class FakeWorker:
         default = contract.WEB_RESULT_WORKER if self.kind == "web" else self.worker_id
         cur = self.conn.execute(contract.RESULT_SQL, {
             "id": task_id, "claim": claim, "status": status, "result": result,
-            "fallback": fallback, "error": error, "worker": worker or default})
+            "fallback": fallback, "error": error, "worker": worker or default,
+            "answered_model": None})
         done = cur.rowcount == 1
         if done:
             self.redis.lrem(self.processing, 1, task_id)

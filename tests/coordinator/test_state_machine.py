@@ -36,7 +36,8 @@ def claim(task_id: uuid.UUID, worker_id: str, queues: list[str]) -> dict:
 
 def result(task_id: uuid.UUID, claim_token: uuid.UUID, status: str = "done") -> dict:
     return {"id": task_id, "claim": claim_token, "status": status, "result": "r",
-            "fallback": False, "error": None, "worker": contract.WEB_RESULT_WORKER}
+            "fallback": False, "error": None, "worker": contract.WEB_RESULT_WORKER,
+            "answered_model": None}
 
 
 def test_one_claim_one_result(backends: Backends) -> None:

@@ -171,7 +171,8 @@ class SqlWorker:
     ) -> None:
         written = self.conn.execute(contract.RESULT_SQL, {
             "id": task_id, "claim": claim, "status": status, "result": result,
-            "fallback": fallback, "error": error, "worker": contract.WEB_RESULT_WORKER})
+            "fallback": fallback, "error": error, "worker": contract.WEB_RESULT_WORKER,
+            "answered_model": None})
         assert written.rowcount == 1, f"task {task_id}'s result could not be written"
 
     def count(self, prompt: str | None = None) -> int:

@@ -320,6 +320,16 @@ def test_fallback_allowed():
     assert probe.judge_final(done_row(fallback=True), probe.Expectation("macbookair", True)) is None
 
 
+def test_the_model_that_answered_must_be_the_expected_one():
+    expect = probe.Expectation(None, False, answered_model="new:q4")
+    assert probe.judge_final(done_row(answered_model="NEW:Q4"), expect) is None
+    assert probe.judge_final(done_row(answered_model="old:q4"), expect) == (
+        f"task {TID} done on macbookair by model old:q4, expected model new:q4")
+    assert probe.judge_final(done_row(fallback=True), probe.Expectation(None, True, "new:q4")
+                             ) == (f"task {TID} done on macbookair by no model (a fallback "
+                                   "answer), expected model new:q4")
+
+
 def test_wrong_host_is_reported_before_fallback():
     row = done_row(worker_host="ai-core", fallback=True)
     assert probe.judge_final(row, STRICT) == f"task {TID} done on ai-core, expected macbookair"
@@ -391,7 +401,7 @@ def test_result_fields():
     assert fields == {
         "task_id": TID, "task_type": "web_search", "status": "done", "queue": "tasks:web",
         "worker": "web-worker", "worker_id": "web-worker-macbookair", "worker_host": "macbookair",
-        "fallback": False, "answer": "Sunny, 14 degrees", "error": None,
+        "fallback": False, "answered_model": None, "answer": "Sunny, 14 degrees", "error": None,
         "seconds": 4.125, "start_delay_seconds": 0.25,
         "created_at": "2026-11-30T03:00:00+00:00",
         "started_at": "2026-11-30T03:00:00.250000+00:00",

@@ -82,6 +82,20 @@ def test_digests_are_stable_and_other_weights_under_the_same_name_change_only_th
     assert digest_of(second.url, LFM) == digest_of(first.url, LFM)
 
 
+def test_a_model_can_be_slower_or_fail_to_load_while_the_others_answer(ollama):
+    ollama.config(models=[LFM, "llama3.2:3b"], model_latency={"llama3.2:3b": 0.4},
+                  load_errors={LFM: "llama runner process has terminated: exit status 2"})
+    started = time.monotonic()
+    slow = post(ollama.url, "/api/generate", {"model": "llama3.2:3b", "prompt": PROMPT,
+                                              "stream": False})
+    assert slow.status_code == 200 and time.monotonic() - started >= 0.4
+    for path, body in (("/api/generate", {"prompt": PROMPT}), ("/api/chat", {"messages": []})):
+        broken = post(ollama.url, path, {"model": LFM, "stream": False, **body})
+        assert broken.status_code == 500
+        assert broken.json() == {"error": "llama runner process has terminated: exit status 2"}
+    assert LFM in tag_names(ollama.url)
+
+
 def test_show_present_and_absent(ollama):
     shown = post(ollama.url, "/api/show", {"model": LFM})
     absent = post(ollama.url, "/api/show", {"model": "llama3.2"})

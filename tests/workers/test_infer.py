@@ -85,3 +85,4 @@ def test_chat_and_summarize_with_the_tasks_model_or_the_default(web_env, start_w
     assert summary_row["result"].startswith(f"要約: 「{worker_infer.SUMMARIZE_PROMPT.split()[0]}")
     assert f"が {MODEL} の代わりに生成" in summary_row["result"]
     assert (chat_row["worker"], summary_row["worker"]) == (env["WORKER_ID"], env["WORKER_ID"])
+    assert (chat_row["answered_model"], summary_row["answered_model"]) == (other, MODEL)

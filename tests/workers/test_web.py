@@ -53,6 +53,7 @@ def test_japanese_query_end_to_end(web_env, start_worker, coordinator, tasks, rd
     assert row["worker_id"] == web_env["WORKER_ID"]
     assert row["worker_host"] == "worker-host-a"
     assert row["fallback"] is False
+    assert row["answered_model"] == web_env["OLLAMA_MODEL"]
     assert row["attempts"] == 1
     assert row["error"] is None
     # The stand-in's "summary" quotes the start of the prompt it was given.
@@ -108,6 +109,7 @@ def test_summary_failure_falls_back_to_the_search_results(how, web_env, start_wo
     row = tasks.wait_status(task_id, "done", "failed")
     assert row["status"] == "done"
     assert row["fallback"] is True
+    assert row["answered_model"] is None
     assert row["worker"] == "web-worker"
     first = first_search_result(searxng, TOKYO)
     assert row["result"].startswith(
