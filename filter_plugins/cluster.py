@@ -140,6 +140,112 @@ def model_summary(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str:
     return "; ".join(lines)
 
 
+def hosts_to_upgrade(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """The hosts whose workers do not run with the model the inventory names for them yet,
+    from what each published (worker_model, upgrade_model_from)."""
+    return [host for host in hosts
+            if hostvars[host]["worker_model"]["name"] not in hostvars[host]["upgrade_model_from"]]
+
+
+def upgrade_plan(hosts: Iterable[str], hostvars: Mapping[str, Any], canary: str) -> str:
+    """What upgrade-model.yml is about to do, in one line: each worker host's model now and
+    the one the inventory names."""
+    moves = []
+    for host in hosts:
+        now = ", ".join(hostvars[host]["upgrade_model_from"]) or "no worker installed"
+        wanted = hostvars[host]["worker_model"]["name"]
+        moves.append(f"{host}: {now} (kept)" if now == wanted else f"{host}: {now} -> {wanted}")
+    return f"canary {canary}; " + "; ".join(moves)
+
+
+def model_probes(records: Iterable[Mapping[str, Any]], count: int | None = None
+                 ) -> list[dict[str, Any]]:
+    """Tasks that only the given workers (worker role status records) can take: a web search
+    for the web worker (on its host), a chat for each inference worker (routed to it).
+    ``count`` tasks taking turns between them, or one each when None."""
+    probes = []
+    for record in records:
+        if record.get("state", "present") != "present":
+            continue
+        if record.get("kind") == "web":
+            probes.append({"task_type": "web_search", "target_worker": None,
+                           "worker_host": record["host"]})
+        elif record.get("kind") == "inference":
+            probes.append({"task_type": "chat", "target_worker": record["worker_id"],
+                           "worker_host": record["host"]})
+    if count is None or not probes:
+        return probes
+    return [probes[index % len(probes)] for index in range(int(count))]
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * fraction // 1))
+    return ordered[int(rank) - 1]
+
+
+def sample_stats(results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Figures of routed test tasks (looped coordinator_task results): how many, how many
+    failed (with the first error), the fallback rate and p50/p95 seconds of those done."""
+    results = list(results)
+    done = [r for r in results if r.get("status") == "done"]
+    failed = [r for r in results if r.get("status") != "done"]
+    seconds = [float(r["seconds"]) for r in done if r.get("seconds") is not None]
+    return {
+        "count": len(results),
+        "failed": len(failed),
+        "first_error": next((str(r.get("error") or r.get("msg")) for r in failed), None),
+        "fallback_rate": (sum(1 for r in done if r.get("fallback")) / len(done)) if done else 0.0,
+        "p50": _percentile(seconds, 0.5),
+        "p95": _percentile(seconds, 0.95),
+    }
+
+
+def canary_gates(baseline: Mapping[str, Any], canary: Mapping[str, Any],
+                 max_p95_increase: float = 0.2, max_fallback_increase: float = 0.0
+                 ) -> list[str]:
+    """Each gate the canary's figures fail, saying by how much: none failed, fallback rate
+    not above the baseline's (+ ``max_fallback_increase``), p95 at most ``max_p95_increase``
+    above the baseline's."""
+    problems = []
+    if canary["failed"]:
+        problems.append(f"gate 'none failed': {canary['failed']} of {canary['count']} tasks "
+                        f"failed (first: {canary['first_error']})")
+    allowed = baseline["fallback_rate"] + max_fallback_increase
+    if canary["fallback_rate"] > allowed + 1e-9:
+        problems.append(f"gate 'fallback rate': {canary['fallback_rate']:.0%} on the canary, "
+                        f"{baseline['fallback_rate']:.0%} before, at most {allowed:.0%} allowed")
+    if canary["p95"] is not None and baseline["p95"]:
+        increase = canary["p95"] / baseline["p95"] - 1
+        if increase > max_p95_increase:
+            problems.append(f"gate 'p95': {canary['p95']:.2f} s on the canary, "
+                            f"{baseline['p95']:.2f} s before: {increase:+.0%}, at most "
+                            f"{max_p95_increase:+.0%} allowed")
+    return problems
+
+
+def upgrade_rows(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """The summary table of upgrade-model.yml, one line per host, from what each host's
+    plays published (upgrade_model_row)."""
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = ["host | model | digest | before p50/p95 s | after p50/p95 s | fallback | verdict"]
+    for host in hosts:
+        row = hostvars[host].get("upgrade_model_row") or {}
+        before, after = row.get("baseline") or {}, row.get("sample") or {}
+        fallback = "-" if not after else f"{after.get('fallback_rate', 0):.0%}"
+        lines.append(" | ".join([
+            host, str(row.get("model", "-")), _short(row.get("digest")),
+            f"{seconds(before.get('p50'))}/{seconds(before.get('p95'))}",
+            f"{seconds(after.get('p50'))}/{seconds(after.get('p95'))}",
+            fallback, str(row.get("verdict", "not reached"))]))
+    return lines
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -149,4 +255,10 @@ class FilterModule:
             "process_problems": process_problems,
             "model_digest_problems": model_digest_problems,
             "model_summary": model_summary,
+            "model_probes": model_probes,
+            "hosts_to_upgrade": hosts_to_upgrade,
+            "upgrade_plan": upgrade_plan,
+            "sample_stats": sample_stats,
+            "canary_gates": canary_gates,
+            "upgrade_rows": upgrade_rows,
         }

@@ -210,3 +210,79 @@ def test_model_summary_names_each_host_its_model_and_digest():
     hostvars = models(a=("m:q4", "c" * 64, ""), b=("m:q4", None, "down"))
     assert cluster.model_summary(["a", "b"], hostvars) == (
         f"a: m:q4 (digest {'c' * 12}); b: m:q4 (digest none)")
+
+
+@pytest.mark.parametrize(("result", "value"), [
+    ({"rc": 0, "stdout": 'OLLAMA_MODEL="hf.co/x/y:Q4_K_M"'}, "hf.co/x/y:Q4_K_M"),
+    ({"rc": 0, "stdout": 'OLLAMA_MODEL="a \\"b\\" \\\\c"'}, 'a "b" \\c'),
+    ({"rc": 0, "stdout": "llama3.2:3b\n"}, "llama3.2:3b"),  # plutil -extract ... raw
+    ({"rc": 1, "stdout": ""}, None),
+    ({"rc": 2, "stdout": "", "stderr": "No such file"}, None),
+])
+def test_worker_env_value_reads_what_the_role_wrote(result, value):
+    assert worker.worker_env_value(result, "OLLAMA_MODEL") == value
+
+
+WEB = {"name": "web-worker", "kind": "web", "state": "present", "worker_id": "web-worker-b",
+       "host": "10.0.0.2"}
+INFER = {"name": "inference-worker", "kind": "inference", "state": "present",
+         "worker_id": "b", "host": "10.0.0.2"}
+
+
+def test_model_probes_reach_only_the_given_workers_taking_turns():
+    gone = {**INFER, "worker_id": "old", "state": "absent"}
+    assert cluster.model_probes([WEB, INFER, gone]) == [
+        {"task_type": "web_search", "target_worker": None, "worker_host": "10.0.0.2"},
+        {"task_type": "chat", "target_worker": "b", "worker_host": "10.0.0.2"}]
+    turns = cluster.model_probes([WEB, INFER], 5)
+    assert [probe["task_type"] for probe in turns] == ["web_search", "chat"] * 2 + ["web_search"]
+    assert cluster.model_probes([], 20) == []
+
+
+def done(seconds: float, fallback: bool = False) -> dict:
+    return {"status": "done", "seconds": seconds, "fallback": fallback}
+
+
+def test_sample_stats_count_failures_fallbacks_and_percentiles():
+    results = [done(s) for s in (1, 2, 3, 4, 5, 6, 7, 8, 9)] + [done(10, True)] + [
+        {"status": "failed", "error": "Ollama at x answered HTTP 500"},
+        {"failed": True, "msg": "task t still 'queued' after 120s: no worker took it"}]
+    stats = cluster.sample_stats(results)
+    assert stats == {"count": 12, "failed": 2, "first_error": "Ollama at x answered HTTP 500",
+                     "fallback_rate": 0.1, "p50": 5.0, "p95": 10.0}
+    assert cluster.sample_stats([])["p95"] is None
+
+
+def test_canary_gates_say_which_gate_failed_and_by_how_much():
+    baseline = {"count": 20, "failed": 0, "first_error": None, "fallback_rate": 0.0,
+                "p50": 0.4, "p95": 0.5}
+    assert cluster.canary_gates(baseline, {**baseline, "p95": 0.6}) == []
+    slow = {**baseline, "p50": 1.4, "p95": 1.6}
+    assert cluster.canary_gates(baseline, slow) == [
+        "gate 'p95': 1.60 s on the canary, 0.50 s before: +220%, at most +20% allowed"]
+    assert cluster.canary_gates(baseline, slow, max_p95_increase=3.0) == []
+    broken = {**baseline, "failed": 3, "first_error": "boom", "fallback_rate": 0.25}
+    assert cluster.canary_gates(baseline, broken) == [
+        "gate 'none failed': 3 of 20 tasks failed (first: boom)",
+        "gate 'fallback rate': 25% on the canary, 0% before, at most 0% allowed"]
+
+
+def test_hosts_to_upgrade_plan_and_summary_rows():
+    hostvars = {
+        "a": {"worker_model": {"name": "new"}, "upgrade_model_from": ["old"],
+              "upgrade_model_row": {"model": "new", "digest": "d" * 64, "verdict": "kept",
+                                    "baseline": {"p50": 0.4, "p95": 0.5},
+                                    "sample": {"p50": 0.41, "p95": 0.52, "fallback_rate": 0.0}}},
+        "b": {"worker_model": {"name": "new"}, "upgrade_model_from": ["new"],
+              "upgrade_model_row": {"model": "new", "digest": "e" * 64,
+                                    "verdict": "already on it"}},
+        "c": {"worker_model": {"name": "new"}, "upgrade_model_from": []},
+    }
+    assert cluster.hosts_to_upgrade(["a", "b", "c"], hostvars) == ["a", "c"]
+    assert cluster.upgrade_plan(["a", "b", "c"], hostvars, "a") == (
+        "canary a; a: old -> new; b: new (kept); c: no worker installed -> new")
+    assert cluster.upgrade_rows(["a", "b", "c"], hostvars) == [
+        "host | model | digest | before p50/p95 s | after p50/p95 s | fallback | verdict",
+        f"a | new | {'d' * 12} | 0.40/0.50 | 0.41/0.52 | 0% | kept",
+        f"b | new | {'e' * 12} | -/- | -/- | - | already on it",
+        "c | - | none | -/- | -/- | - | not reached"]

@@ -11,6 +11,7 @@ into the ``worker_status`` fact the role publishes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,10 +121,27 @@ def worker_states(
     return states
 
 
+def worker_env_value(result: Mapping[str, Any], name: str) -> str | None:
+    """One variable's value from a registered read of a worker's environment: a
+    ``NAME="value"`` line of its systemd EnvironmentFile (worker.env.j2's quoting undone), or
+    the raw value ``plutil -extract`` printed from its plist. None when nothing was read."""
+    if result.get("rc") != 0:
+        return None
+    text = str(result.get("stdout") or "").strip()
+    prefix = f"{name}="
+    if not text.startswith(prefix):
+        return text or None
+    value = text[len(prefix):]
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = re.sub(r"\\(.)", r"\1", value[1:-1])
+    return value or None
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "worker_records": worker_records,
             "systemd_units": systemd_units,
             "worker_states": worker_states,
+            "worker_env_value": worker_env_value,
         }
