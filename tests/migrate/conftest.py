@@ -119,15 +119,16 @@ def cluster(podman_ready: None) -> Iterator[Cluster]:
         try:
             prepared = playbooks.run("lab/prepare.yml", lab.INVENTORY)
             assert prepared.returncode == 0, prepared.output[-5000:]
-            # Every Ollama stand-in as fast as the fast node's: one web worker then keeps up
-            # with a search every 2 s (the slow node's 3 s would let tasks:web grow, and a
-            # test task wait behind that backlog).
-            for address in the_lab.nodes.values():
-                requests.post(f"http://{address}:11434/_standin/config",
-                              json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
             cluster.first_converge = playbooks.run("site.yml", lab.INVENTORY,
                                                    extra_env={"ANSIBLE_PIPELINING": "0"})
             assert cluster.first_converge.returncode == 0, cluster.first_converge.output[-5000:]
+            # Every Ollama stand-in as fast as the fast node's: one web worker then keeps up
+            # with a search every 2 s (the slow node's 3 s would let tasks:web grow, and a
+            # test task wait behind that backlog). After the converge: the ollama role's
+            # first run restarts the service, and a stand-in starts from its own settings.
+            for address in the_lab.nodes.values():
+                requests.post(f"http://{address}:11434/_standin/config",
+                              json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
             yield cluster
         finally:
             LOG_DIR.mkdir(parents=True, exist_ok=True)
