@@ -5,12 +5,15 @@ shows:
 - a model that does not load stops the run at its warm-up on the canary, nothing switched;
 - a slower model fails the p95 gate: the canary goes back to the old model, verified;
 - a good model passes and rolls to every host, each verified by a routed task answered by
-  it; run again, it changes nothing and verifies; site.yml afterwards changes nothing.
+  it; a chat asking for the old model by name is still served (every Ollama keeps it), one
+  naming none gets the new one; run again, it changes nothing and verifies; site.yml
+  afterwards changes nothing.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import requests
@@ -48,6 +51,15 @@ def running_models(cluster) -> dict[str, set[str]]:
         if lines:
             found[host] = {line.split("=", 1)[1].strip('"') for line in lines}
     return found
+
+
+def chat(cluster, **request: str) -> dict:
+    """A chat routed through the Coordinator, once done or failed."""
+    answer = requests.post(f"{cluster.coordinator.url}/route", headers=cluster.coordinator.headers,
+                           json={"prompt": "こんにちは", "task_type": "chat", **request},
+                           timeout=10)
+    answer.raise_for_status()
+    return cluster.coordinator.finished(answer.json()["task_id"], time.monotonic() + 60)
 
 
 def upgrade(cluster, model: str, *args: str):
@@ -98,6 +110,12 @@ def test_a_good_model_rolls_to_every_host_and_a_rerun_changes_nothing(cluster) -
     for host in set(workers) - {web}:
         assert re.search(rf"{host} \| {GOOD} \| [0-9a-f]{{12}} \| -/- \| -/- \| - \| "
                          "switched", text), text[-3000:]
+
+    # The old model stays on every host: a task that asks for it by name is still served.
+    for request, model in (({"model": DEFAULT_MODEL}, DEFAULT_MODEL), ({}, GOOD)):
+        task = chat(cluster, **request)
+        assert task["status"] == "done", task
+        assert f"が {model} の代わりに生成" in task["result"]
 
     again = cluster.playbooks.run("upgrade-model.yml", inventory, *UPGRADE)
     assert again.returncode == 0, again.output[-5000:]
