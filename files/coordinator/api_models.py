@@ -22,11 +22,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     field_validator,
 )
 
+from .queries import WORKER_STATES
 from .routing import BLANK, NAME
 
 # Text PostgreSQL can store: no NUL. With at least one character that is not white space.
@@ -165,6 +167,8 @@ class RegisterBody(WorkerBody):
     pid: Count | None = None
     device: Name | None = Field(None, description="an inference worker: part of its queue name")
     models: list[Text] = []
+    os: Text | None = Field(None, description="the worker host's operating system, shown on "
+                            "the status page (e.g. 'Linux 6.1', 'Darwin 24.1')")
 
 
 class RegisterAnswer(BaseModel):
@@ -173,6 +177,7 @@ class RegisterAnswer(BaseModel):
     duplicate: bool = Field(description="another live process uses this worker id")
     queues: list[str]
     dispatched: int = Field(description="waiting tasks sent to this worker now")
+    drain: bool = Field(description="the worker is drained: take no task until undrained")
 
 
 class HeartbeatBody(WorkerBody):
@@ -181,10 +186,14 @@ class HeartbeatBody(WorkerBody):
     in_flight: Count | None = None
     db_write_failures: Count | None = None
     last_error: Text | None = None
+    drained: StrictBool | None = Field(None, description="drained, the worker holds no task and "
+                                 "takes none")
 
 
 class HeartbeatAnswer(BaseModel):
     duplicate: bool
+    drain: bool = Field(description="the worker is drained: finish what it holds, take no "
+                        "new task")
 
 
 class DeregisterBody(WorkerBody):
@@ -222,12 +231,59 @@ class WorkerView(BaseModel):
     db_write_failures: int
     last_error: str | None
     duplicate: bool
+    os: str | None
+    drain_requested_at: str | None = Field(description="when it was drained; null unless "
+                                           "drained")
+    state: Literal[WORKER_STATES] = Field(  # type: ignore[valid-type]
+        description="alive, draining (drained, still finishing), drained (holds nothing), "
+                    "dead, stopped (said goodbye) or duplicate")
     live_instances: list[LiveInstance]
 
 
 class WorkersAnswer(BaseModel):
     workers: list[WorkerView]
     heartbeat_ttl: float
+
+
+class TaskRow(BaseModel):
+    id: uuid.UUID
+    task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
+    status: Literal["queued", "running", "done", "failed"]
+    worker: str
+    worker_id: str | None
+    worker_host: str | None
+    model: str | None
+    answered_model: str | None
+    fallback: bool
+    error: str | None = Field(description="the first 1,000 characters of the error")
+    attempts: int
+    max_attempts: int
+    queue: str | None
+    created_at: str
+    finished_at: str | None
+
+
+class TasksAnswer(BaseModel):
+    tasks: list[TaskRow] = Field(description="newest first")
+    more: bool = Field(description="more tasks match than the limit")
+
+
+class DrainAnswer(BaseModel):
+    worker_id: str
+    state: Literal[WORKER_STATES]  # type: ignore[valid-type]
+    changed: bool = Field(description="false when it was drained (undrained) already")
+    message: str = Field(description="one line: what was done")
+    repeated: bool = Field(description="the answer of an earlier request with this "
+                           "Idempotency-Key; nothing was done now")
+
+
+class TaskActionAnswer(BaseModel):
+    task_id: uuid.UUID
+    status: Literal["queued", "running", "done", "failed"]
+    changed: bool = Field(description="false when the task's status did not allow it")
+    message: str = Field(description="one line: what was done")
+    repeated: bool = Field(description="the answer of an earlier request with this "
+                           "Idempotency-Key; nothing was done now")
 
 
 # -- stats -----------------------------------------------------------------------------------
@@ -258,7 +314,8 @@ _WHY = {
     400: "the body is missing or not JSON",
     401: "missing or wrong bearer token",
     404: "no such task or worker",
-    409: "the named worker cannot take it (not an inference worker, or not that model)",
+    409: "the named worker cannot take it (not an inference worker, or not that model), or "
+         "the Idempotency-Key was used for another action",
     413: "the body or the prompt is over its limit",
     422: "a field is wrong",
     503: "PostgreSQL or Redis did not answer; retry (Retry-After)",
@@ -272,6 +329,11 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/workers/{worker_id}/heartbeat"): (*_POST, 404),
     ("post", "/workers/{worker_id}/deregister"): (*_POST, 404),
     ("get", "/workers"): (401, 503),
+    ("get", "/tasks"): (401, 422, 503),
+    ("post", "/workers/{worker_id}/drain"): (401, 404, 409, 422, 503),
+    ("post", "/workers/{worker_id}/undrain"): (401, 404, 409, 422, 503),
+    ("post", "/task/{task_id}/retry"): (401, 404, 409, 422, 503),
+    ("post", "/task/{task_id}/cancel"): (401, 404, 409, 422, 503),
     ("get", "/queues"): (401, 503),
     ("get", "/health"): (503,),
     ("get", "/metrics"): (),

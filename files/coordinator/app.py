@@ -13,19 +13,23 @@ import json
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Path, Query, Request
+from coordinator_contract import TASK_TYPES
+from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import __version__
+from . import __version__, audit
+from . import statemachine as sm
 from .api_models import (
+    NO_NUL,
     PATTERN_RULES,
     DeregisterAnswer,
     DeregisterBody,
+    DrainAnswer,
     HealthAnswer,
     HeartbeatAnswer,
     HeartbeatBody,
@@ -35,6 +39,8 @@ from .api_models import (
     RegisterBody,
     RouteAnswer,
     RouteBody,
+    TaskActionAnswer,
+    TasksAnswer,
     TaskView,
     WorkersAnswer,
     error_responses,
@@ -42,12 +48,23 @@ from .api_models import (
 from .config import Config
 from .errors import backend_error, first_line
 from .metrics import CONTENT_TYPE
+from .overview import SINCE_VALUES, Overview, TaskFilter
 from .routing import RequestError, body_too_large, parse_route_request
 from .service import Coordinator
+from .ui import add_status_pages, is_ui_path
 
 log = logging.getLogger("coordinator.api")
 
 OPEN_PATHS = frozenset(("/health", "/metrics"))
+#: The optional header that makes an action safe to repeat (audit.perform).
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", max_length=200, pattern=NO_NUL,
+    description="any unique string: a repeat with the same key gets the first answer and "
+                "does nothing again")]
+TaskId = Annotated[str, Path(json_schema_extra={"format": "uuid"},
+                             description="the task_id POST /route returned")]
+#: Who the audit record names for an action asked through the API (the operator's token).
+API_ACTOR = "api"
 MAX_WAIT = 60.0
 OTHER_BODY_LIMIT = 64 * 1024
 # A refused body is still read, up to this many bytes, before the 413 goes out: clients that
@@ -140,7 +157,7 @@ class Front:
             await self.api(scope, receive, send)
             return
         path = scope["path"]
-        if (self.expected is not None and path not in OPEN_PATHS
+        if (self.expected is not None and path not in OPEN_PATHS and not is_ui_path(path)
                 and scope["method"] in self.methods):
             given = b""
             for key, value in scope["headers"]:
@@ -266,6 +283,14 @@ async def discard_body(receive: Any, limit: int = DISCARD_LIMIT) -> None:
             return
 
 
+def parse_task_id(task_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(task_id)
+    except ValueError:
+        raise RequestError(422, f"task id {task_id[:60]!r} is not a UUID: use the task_id "
+                                "that POST /route returned") from None
+
+
 def openapi_schema(app: FastAPI, protected: bool) -> dict[str, Any]:
     """FastAPI's schema, with the bearer scheme on every path but the open ones when the
     Coordinator has a token (and no 401 anywhere when it has none)."""
@@ -311,6 +336,10 @@ def create_app(cfg: Config) -> Front:
     async def _request_error(request: Request, exc: RequestError) -> Response:
         return error_response(exc.status, exc.message)
 
+    @app.exception_handler(audit.KeyReused)
+    async def _key_reused(request: Request, exc: audit.KeyReused) -> Response:
+        return error_response(409, str(exc))
+
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         return error_response(422, validation_message(list(exc.errors())))
@@ -352,8 +381,10 @@ def create_app(cfg: Config) -> Front:
 
     @documented(
         "post", "/route", RouteAnswer, 201,
-        links={"GetTask": {"operationId": "get_task",
-                           "parameters": {"task_id": "$response.body#/task_id"}}},
+        links={name: {"operationId": operation,
+                      "parameters": {"task_id": "$response.body#/task_id"}}
+               for name, operation in (("GetTask", "get_task"), ("CancelTask", "cancel_task"),
+                                       ("RetryTask", "retry_task"))},
         summary="Accept a task: saved in PostgreSQL, then its id pushed to its Redis queue",
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
             "schema": RouteBody.model_json_schema()}}}},
@@ -373,11 +404,7 @@ def create_app(cfg: Config) -> Front:
             json_schema_extra={"minimum": 0, "maximum": MAX_WAIT},
             description="seconds (0 to 60) to wait for the task to be done or failed")] = None,
     ) -> Response:
-        try:
-            tid = uuid.UUID(task_id)
-        except ValueError:
-            raise RequestError(422, f"task id {task_id[:60]!r} is not a UUID: use the task_id "
-                                    "that POST /route returned") from None
+        tid = parse_task_id(task_id)
         seconds = 0.0 if wait is None else wait
         if not 0 <= seconds <= MAX_WAIT:
             raise RequestError(422, f"wait={wait} is out of range: use 0 to {MAX_WAIT:g} "
@@ -389,7 +416,10 @@ def create_app(cfg: Config) -> Front:
 
     @documented("post", "/workers/register", RegisterAnswer,
                 links={"Heartbeat": {"operationId": "heartbeat", **same_worker},
-                       "Deregister": {"operationId": "deregister", **same_worker}},
+                       "Deregister": {"operationId": "deregister", **same_worker},
+                       **{name: {"operationId": operation,
+                                 "parameters": {"worker_id": "$request.body#/worker_id"}}
+                          for name, operation in (("Drain", "drain"), ("Undrain", "undrain"))}},
                 summary="A worker announces itself")
     async def register(body: RegisterBody) -> Response:
         return json_response(await coordinator.workers.register(body.model_dump(mode="json")))
@@ -410,6 +440,56 @@ def create_app(cfg: Config) -> Front:
         if answer is None:
             raise RequestError(404, f"unknown worker {worker_id!r}: nothing to deregister")
         return json_response(answer)
+
+    async def act(answer: Any, what: str) -> Response:
+        if answer is None:
+            raise RequestError(404, what)
+        return json_response(answer)
+
+    @documented("post", "/workers/{worker_id}/drain", DrainAnswer,
+                summary="Drain a worker: it finishes what it holds and is sent nothing new")
+    async def drain(worker_id: Annotated[Name, Path()],
+                    key: IdempotencyKey = None) -> Response:
+        return await act(await coordinator.workers.drain(worker_id, True, API_ACTOR, key),
+                         f"unknown worker {worker_id!r}: GET /workers lists the workers")
+
+    @documented("post", "/workers/{worker_id}/undrain", DrainAnswer,
+                summary="Undrain a worker: it takes tasks again")
+    async def undrain(worker_id: Annotated[Name, Path()],
+                      key: IdempotencyKey = None) -> Response:
+        return await act(await coordinator.workers.drain(worker_id, False, API_ACTOR, key),
+                         f"unknown worker {worker_id!r}: GET /workers lists the workers")
+
+    @documented("post", "/task/{task_id}/retry", TaskActionAnswer,
+                summary="Queue a failed task again, as a new attempt")
+    async def retry_task(task_id: TaskId,
+                         key: IdempotencyKey = None) -> Response:
+        tid = parse_task_id(task_id)
+        return await act(await coordinator.tasks.retry(tid, API_ACTOR, key),
+                         f"no task {tid}: check the id POST /route returned")
+
+    @documented("post", "/task/{task_id}/cancel", TaskActionAnswer,
+                summary="Cancel a queued task (it fails, saying so)")
+    async def cancel_task(task_id: TaskId,
+                          key: IdempotencyKey = None) -> Response:
+        tid = parse_task_id(task_id)
+        return await act(await coordinator.tasks.cancel(tid, API_ACTOR, key),
+                         f"no task {tid}: check the id POST /route returned")
+
+    @documented("get", "/tasks", TasksAnswer,
+                summary="The newest tasks, filtered by status, type, worker and age")
+    async def list_tasks(
+        status: Annotated[Literal[sm.STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
+        task_type: Annotated[Literal[TASK_TYPES] | None, Query()] = None,  # type: ignore[valid-type]
+        worker: Annotated[Name | None, Query(description="claimed by or queued for it")] = None,
+        since: Annotated[Literal[SINCE_VALUES] | None, Query(  # type: ignore[valid-type]
+            description="created in the last hour, day or week")] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> Response:
+        where = TaskFilter(status, task_type, worker, since)
+        tasks, more = await Overview(coordinator.pool, coordinator.stats,
+                                     coordinator.workers).tasks(where, limit)
+        return json_response({"tasks": tasks, "more": more})
 
     @documented("get", "/workers", WorkersAnswer, summary="Every registered worker, alive or not")
     async def workers() -> Response:
@@ -432,5 +512,6 @@ def create_app(cfg: Config) -> Front:
     async def metrics() -> Response:
         return Response(await coordinator.stats.render_metrics(), media_type=CONTENT_TYPE)
 
+    add_status_pages(app, cfg, coordinator)
     app.openapi = lambda: openapi_schema(app, protected=cfg.token is not None)
     return Front(app, cfg, coordinator)

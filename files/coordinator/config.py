@@ -38,6 +38,7 @@ class Config:
     max_prompt_bytes: int = 1024 * 1024
     repush_grace: float = 5.0
     pg_pool_size: int = 10
+    timeline_retention_days: float = 30.0
     log_level: str = "INFO"
 
     @property
@@ -177,5 +178,8 @@ def load_config(env: Mapping[str, str]) -> Config:
                              minimum=0, unit="seconds"),
         pg_pool_size=int(_number(env, "COORDINATOR_PG_POOL_SIZE", d.pg_pool_size, integer=True,
                                  minimum=2, unit="connections")),
+        timeline_retention_days=_number(env, "COORDINATOR_TIMELINE_RETENTION_DAYS",
+                                        d.timeline_retention_days, integer=False, minimum=0,
+                                        unit="days"),
         log_level=log_level,
     )

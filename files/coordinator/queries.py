@@ -23,6 +23,41 @@ PUBLIC_COLUMNS = (
 )
 #: Tasks by id; concurrent reads share one (TaskReader).
 SELECT_TASKS = f"SELECT {PUBLIC_COLUMNS} FROM tasks WHERE id = ANY(%s)"
+# The status page, GET /tasks (overview). The list reads tasks_created_idx newest first.
+_TASK_LIST_COLUMNS = (
+    "id, task_type, status, worker, worker_id, worker_host, model, answered_model, fallback,"
+    " left(error, 1000) AS error, attempts, max_attempts, queue, created_at, finished_at"
+)
+LIST_TASKS = (
+    f"SELECT {_TASK_LIST_COLUMNS} FROM tasks"
+    " WHERE (%(status)s::text IS NULL OR status = %(status)s)"
+    " AND (%(task_type)s::text IS NULL OR task_type = %(task_type)s)"
+    " AND (%(worker)s::text IS NULL OR worker_id = %(worker)s OR worker = %(worker)s)"
+    # now(), not clock_timestamp(): a constant the index scan can start from.
+    " AND created_at > coalesce(now() - make_interval(secs => %(seconds)s::float8),"
+    " '-infinity')"
+    " ORDER BY created_at DESC LIMIT %(limit)s"
+)
+TASK_COUNTS = (
+    "SELECT task_type, status, count(*) FILTER (WHERE created_at > clock_timestamp()"
+    " - interval '1 hour')::int AS last_hour, count(*)::int AS all_time"
+    " FROM tasks GROUP BY 1, 2 ORDER BY 1, 2"
+)
+#: Seconds the oldest queued task of each queue has waited (indexed: tasks_active_idx).
+OLDEST_WAITING = (
+    "SELECT queue, extract(epoch FROM clock_timestamp() - min(created_at))::float8"
+    " FROM tasks WHERE status = 'queued' AND queue IS NOT NULL GROUP BY queue"
+)
+TASK_IN_FULL = (f"SELECT {PUBLIC_COLUMNS}, prompt, answered_model FROM tasks"
+                " WHERE id = %(id)s")
+TIMELINE = ("SELECT at, event, status, worker_id, queue, reason FROM task_transitions"
+            " WHERE task_id = %(id)s ORDER BY id")
+AUDIT_OF = ("SELECT at, actor, action, target, ok, result FROM audit"
+            " WHERE target = %(target)s ORDER BY id")
+
+#: A task an operator acts on, locked for the action's transaction.
+TASK_FOR_ACTION = ("SELECT id, task_type, status, claim, queue, model, requested_worker"
+                   " FROM tasks WHERE id = %(id)s FOR UPDATE")
 #: Unfinished tasks by queue and status (indexed: tasks_active_idx).
 ACTIVE_BY_QUEUE = ("SELECT queue, status, count(*) FROM tasks"
                    " WHERE status IN ('queued', 'running') GROUP BY queue, status")
@@ -44,6 +79,7 @@ class RoutedWorker:
     queues: list[str]
     models: list[str]
     seconds_to_live: float  # 0 once it said goodbye
+    draining: bool  # an operator drained it: routing sends it nothing new
 
 
 #: Every worker (or one: WORKER_ROW), with the seconds it has left to live.
@@ -51,7 +87,8 @@ WORKER_ROWS = (
     "SELECT worker_id, host, kind, device, queues, models,"
     " CASE WHEN stopped_at IS NULL THEN"
     " extract(epoch FROM last_heartbeat + make_interval(secs => %(ttl)s)"
-    " - clock_timestamp())::float8 ELSE 0 END AS seconds_to_live FROM workers"
+    " - clock_timestamp())::float8 ELSE 0 END AS seconds_to_live,"
+    " drain_requested_at IS NOT NULL AS draining FROM workers"
 )
 WORKER_ROW = WORKER_ROWS + " WHERE worker_id = %(worker_id)s"
 
@@ -62,15 +99,19 @@ _DUPLICATE = (
     " AND o.last_heartbeat > clock_timestamp() - make_interval(secs => %(ttl)s)"
     " AND (o.started_at >= i.started_at OR o.last_heartbeat > i.started_at))"
 )
+#: A new process of a drained worker stays drained (drain_requested_at is kept); answers
+#: ``draining``.
 REGISTER_WORKER = (
     "INSERT INTO workers (worker_id, host, kind, device, queues, models, version,"
-    " pid, instance_id) VALUES (%(worker_id)s, %(host)s, %(kind)s, %(device)s,"
-    " %(queues)s, %(models)s, %(version)s, %(pid)s, %(instance_id)s)"
+    " pid, instance_id, os) VALUES (%(worker_id)s, %(host)s, %(kind)s, %(device)s,"
+    " %(queues)s, %(models)s, %(version)s, %(pid)s, %(instance_id)s, %(os)s)"
     " ON CONFLICT (worker_id) DO UPDATE SET host = EXCLUDED.host,"
     " kind = EXCLUDED.kind, device = EXCLUDED.device, queues = EXCLUDED.queues,"
     " models = EXCLUDED.models, version = EXCLUDED.version, pid = EXCLUDED.pid,"
-    " instance_id = EXCLUDED.instance_id, registered_at = clock_timestamp(),"
-    " last_heartbeat = clock_timestamp(), dead = false, stopped_at = NULL"
+    " instance_id = EXCLUDED.instance_id, os = EXCLUDED.os,"
+    " registered_at = clock_timestamp(), last_heartbeat = clock_timestamp(), dead = false,"
+    " stopped_at = NULL, drained = false"
+    " RETURNING drain_requested_at IS NOT NULL AS draining"
 )
 #: Answers ``duplicate``.
 REGISTER_INSTANCE = (
@@ -93,15 +134,18 @@ HEARTBEAT = (
     " stopped_at = NULL,"
     " in_flight = COALESCE(%(in_flight)s, in_flight),"
     " db_write_failures = COALESCE(%(db_write_failures)s, db_write_failures),"
+    " drained = COALESCE(%(drained)s, drained),"
     " last_error = %(last_error)s WHERE worker_id = %(worker_id)s"
-    " RETURNING worker_id, host, kind, device, queues, models),"
+    " RETURNING worker_id, host, kind, device, queues, models,"
+    " drain_requested_at IS NOT NULL AS draining),"
     " i AS (INSERT INTO worker_instances (instance_id, worker_id, host, pid)"
     " SELECT %(instance_id)s, worker_id, host, %(pid)s FROM w"
     " ON CONFLICT (instance_id) DO UPDATE SET last_heartbeat = clock_timestamp(),"
     " worker_id = EXCLUDED.worker_id,"
     " pid = COALESCE(EXCLUDED.pid, worker_instances.pid) RETURNING started_at)"
     " SELECT w.worker_id, w.host, w.kind, w.device, w.queues, w.models,"
-    " %(ttl)s::float8 AS seconds_to_live," + _DUPLICATE + " AS duplicate FROM w, i"
+    " %(ttl)s::float8 AS seconds_to_live, w.draining," + _DUPLICATE + " AS duplicate"
+    " FROM w, i"
 )
 
 
@@ -121,6 +165,35 @@ DEREGISTER = (
 )
 WORKER_EXISTS = "SELECT 1 FROM workers WHERE worker_id = %(worker_id)s"
 
+#: What a worker is now, for people: one word (GET /workers ``state``, the status page).
+#: A drained worker is alive; it is ``drained`` once it reported that it holds nothing.
+WORKER_STATE = (
+    "CASE WHEN w.duplicate THEN 'duplicate' WHEN w.stopped_at IS NOT NULL THEN 'stopped'"
+    f" WHEN NOT {WORKER_ALIVE} THEN 'dead'"
+    " WHEN w.drain_requested_at IS NOT NULL AND w.drained AND w.in_flight = 0 THEN 'drained'"
+    " WHEN w.drain_requested_at IS NOT NULL THEN 'draining' ELSE 'alive' END"
+)
+WORKER_STATES = ("alive", "draining", "drained", "dead", "stopped", "duplicate")
+
+
+@dataclass(frozen=True)
+class DrainChange:
+    host: str
+    kind: str
+
+
+#: Guarded: a second drain (or undrain) changes nothing and answers no row.
+DRAIN = (
+    "UPDATE workers SET drain_requested_at = clock_timestamp(), drained = false"
+    " WHERE worker_id = %(worker_id)s AND drain_requested_at IS NULL RETURNING host, kind"
+)
+UNDRAIN = (
+    "UPDATE workers SET drain_requested_at = NULL, drained = false"
+    " WHERE worker_id = %(worker_id)s AND drain_requested_at IS NOT NULL RETURNING host, kind"
+)
+WORKER_STATE_OF = (f"SELECT {WORKER_STATE} AS state FROM workers w"
+                   " WHERE w.worker_id = %(worker_id)s")
+
 #: GET /workers: every worker with its live instances (dict rows: the answer's fields).
 LIST_WORKERS = (
     "SELECT w.worker_id, w.host, w.kind, w.device, w.queues, w.models, w.version,"
@@ -128,7 +201,8 @@ LIST_WORKERS = (
     f" {WORKER_ALIVE} AS alive, w.stopped_at,"
     " round(extract(epoch FROM clock_timestamp() - w.last_heartbeat)::numeric, 1)"
     "::float8 AS seconds_since_heartbeat,"
-    " w.in_flight, w.db_write_failures, w.last_error, w.duplicate,"
+    " w.in_flight, w.db_write_failures, w.last_error, w.duplicate, w.os,"
+    " w.drain_requested_at, " + WORKER_STATE + " AS state,"
     " (SELECT coalesce(json_agg(json_build_object('instance_id', i.instance_id,"
     "   'host', i.host, 'pid', i.pid, 'started_at', i.started_at,"
     "   'last_heartbeat', i.last_heartbeat) ORDER BY i.started_at), '[]')"
@@ -137,7 +211,6 @@ LIST_WORKERS = (
     " AS live_instances"
     " FROM workers w ORDER BY w.worker_id"
 )
-#: Every queue a worker listens on.
 #: The queues of alive workers. With the queues holding unfinished tasks, these are the ones
 #: /queues and the queue metrics list: a worker gone for good drops out of both.
 WORKER_QUEUES = f"SELECT DISTINCT unnest(queues) FROM workers WHERE {WORKER_ALIVE}"

@@ -25,6 +25,7 @@ from coordinator_contract import DEFAULT_WORKER, INFERENCE_TYPES, SHARED_TYPES, 
 from psycopg.rows import dict_row
 
 from . import statemachine as sm
+from .audit import set_transition
 from .background import Background
 from .routing import Candidate, choose_worker, inference_queue_of
 from .schema import WORKER_ALIVE
@@ -56,6 +57,11 @@ class WorkerView:
     pid: int | None = None
     queue: str | None = None  # per-worker queue (inference)
     models: tuple[str, ...] = ()
+    draining: bool = False  # drained by an operator: alive, finishing, given nothing new
+
+    @property
+    def takes(self) -> bool:
+        return self.alive and not self.draining
 
     def describe(self) -> str:
         pid = f", pid {self.pid}" if self.pid is not None else ""
@@ -100,7 +106,7 @@ class Requeue:
     queue: str | None
     worker: str
     reason: str  # "" for a first dispatch of a waiting task
-    kind: str  # worker_dead | stuck | queue_gone | dispatch
+    kind: str  # worker_dead | stuck | drained | queue_gone | dispatch
 
     @property
     def old_worker(self) -> str | None:
@@ -127,7 +133,7 @@ def _claimer(task: TaskView, workers: Mapping[str, WorkerView]) -> str:
 
 
 def _candidates(workers: Mapping[str, WorkerView]) -> list[Candidate]:
-    return [Candidate(w.worker_id, w.queue, w.models, w.alive)
+    return [Candidate(w.worker_id, w.queue, w.models, w.takes)
             for w in workers.values() if w.kind == "inference" and w.queue]
 
 
@@ -147,7 +153,7 @@ def plan_inference(
     def target(task: TaskView, exclude: Iterable[str] = ()) -> Candidate | None:
         if task.requested_worker is not None:
             pinned = workers.get(task.requested_worker)
-            if pinned is None or not pinned.alive or not pinned.queue:
+            if pinned is None or not pinned.takes or not pinned.queue:
                 return None
             return Candidate(pinned.worker_id, pinned.queue, pinned.models, True)
         return choose_worker(candidates, task.model, load, exclude)
@@ -201,6 +207,9 @@ def plan_inference(
                 reason = (f"{old.describe()} stopped heartbeating ({old.silent_for:.0f} s "
                           f"ago, heartbeat TTL {ttl:g} s)")
                 kind = "worker_dead"
+            elif old is not None and old.draining:
+                reason = f"{old.describe()} is drained"
+                kind = "drained"
             else:
                 reason = f"no alive worker takes from queue {task.queue}"
                 kind = "queue_gone"
@@ -314,8 +323,8 @@ async def load_workers(conn: psycopg.AsyncConnection, ttl: float) -> dict[str, W
     await cur.execute(
         "SELECT worker_id, host, kind, pid, device, queues, models,"
         f" {WORKER_ALIVE} AS alive,"
-        " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8 AS silent_for"
-        " FROM workers", {"ttl": ttl})
+        " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8 AS silent_for,"
+        " drain_requested_at IS NOT NULL AS draining FROM workers", {"ttl": ttl})
     workers = {}
     for row in await cur.fetchall():
         queue = (inference_queue_of(row["worker_id"], row["device"], row["queues"])
@@ -323,7 +332,7 @@ async def load_workers(conn: psycopg.AsyncConnection, ttl: float) -> dict[str, W
         workers[row["worker_id"]] = WorkerView(
             worker_id=row["worker_id"], host=row["host"], kind=row["kind"],
             alive=row["alive"], silent_for=row["silent_for"], pid=row["pid"], queue=queue,
-            models=tuple(row["models"] or ()))
+            models=tuple(row["models"] or ()), draining=row["draining"])
     return workers
 
 
@@ -338,15 +347,22 @@ async def load_by_queue(conn: psycopg.AsyncConnection, queues: list[str]) -> dic
 
 async def apply_actions(conn: psycopg.AsyncConnection, actions: Iterable[Action]
                         ) -> tuple[list[Requeue], list[Fail]]:
-    """Run each decision as a guarded UPDATE; return the ones that took effect."""
+    """Run each decision as a guarded UPDATE; return the ones that took effect. The timeline
+    records each with its reason (a failure's is its error)."""
     requeued, failed = [], []
+    reason: str | None = None
     for action in actions:
         t = action.task
         if isinstance(action, Requeue):
             sql, params = sm.requeue_task(t.id, t.status, t.claim, t.queue, action.queue,
                                           action.worker)
+            wanted = action.reason or None
         else:
             sql, params = sm.fail_task(t.id, t.status, t.claim, action.error)
+            wanted = None
+        if wanted != reason:
+            await set_transition(conn, wanted)
+            reason = wanted
         cur = await conn.execute(sql, params)
         if await cur.fetchone() is not None:
             (requeued if isinstance(action, Requeue) else failed).append(action)
@@ -358,7 +374,7 @@ async def dispatch_waiting(conn: psycopg.AsyncConnection, ttl: float, limit: int
     """Give waiting inference tasks (queued, queue null) to alive workers. Runs in the
     caller's transaction; safe next to the Reaper (rows locked, updates guarded)."""
     workers = await load_workers(conn, ttl)
-    if not any(w.alive and w.kind == "inference" for w in workers.values()):
+    if not any(w.takes and w.kind == "inference" for w in workers.values()):
         return []
     cur = conn.cursor(row_factory=dict_row)
     await cur.execute(
@@ -368,7 +384,7 @@ async def dispatch_waiting(conn: psycopg.AsyncConnection, ttl: float, limit: int
     tasks = [_task(r) for r in await cur.fetchall()]
     if not tasks:
         return []
-    queues = [w.queue for w in workers.values() if w.alive and w.queue]
+    queues = [w.queue for w in workers.values() if w.takes and w.queue]
     load = await load_by_queue(conn, queues)
     actions = plan_inference(tasks, workers, load, ttl, float("inf"))
     requeued, _ = await apply_actions(conn, actions)
@@ -455,6 +471,11 @@ class Reaper(Background):
             await conn.execute(
                 "DELETE FROM worker_instances WHERE last_heartbeat < clock_timestamp()"
                 " - make_interval(secs => %s)", (max(86400.0, 100 * cfg.heartbeat_ttl),))
+            # The timeline is kept COORDINATOR_TIMELINE_RETENTION_DAYS; the tasks for ever.
+            await conn.execute(
+                "DELETE FROM task_transitions WHERE id IN (SELECT id FROM task_transitions"
+                " WHERE at < clock_timestamp() - make_interval(secs => %s) LIMIT %s)",
+                (cfg.timeline_retention_days * 86400, 4 * BATCH))
         report.pushes = pushes_of(report.requeued)
         for queue, ids in report.repushed.items():
             report.pushes.setdefault(queue, []).extend(str(i) for i in ids)
@@ -508,7 +529,7 @@ class Reaper(Background):
         cfg = self.cfg
         alive_ids = [w.worker_id for w in workers.values() if w.alive]
         alive_queues = [w.queue for w in workers.values()
-                        if w.alive and w.kind == "inference" and w.queue]
+                        if w.takes and w.kind == "inference" and w.queue]
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(
             f"SELECT {_TASK_COLUMNS} FROM tasks"

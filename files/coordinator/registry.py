@@ -24,14 +24,19 @@ class KnownWorker:
     queue: str | None  # the per-worker queue of an inference worker
     models: tuple[str, ...]
     expires: float  # time.monotonic() after which it counts as dead
+    draining: bool = False  # drained by an operator: alive, but given nothing new
 
     def alive(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) < self.expires
 
+    def takes(self, now: float | None = None) -> bool:
+        """Whether routing may send it a task: alive and not drained."""
+        return self.alive(now) and not self.draining
+
     def candidate(self, now: float) -> Candidate | None:
         if self.kind != "inference" or self.queue is None:
             return None
-        return Candidate(self.worker_id, self.queue, self.models, self.alive(now))
+        return Candidate(self.worker_id, self.queue, self.models, self.takes(now))
 
 
 class Registry:

@@ -117,11 +117,98 @@ COMMENT ON COLUMN tasks.answered_model IS
     'failure, a fallback answer or a result no model wrote';
 """
 
+_V4 = """
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS drain_requested_at timestamptz;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS drained boolean NOT NULL DEFAULT false;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS os text;
+COMMENT ON COLUMN workers.drain_requested_at IS
+    'when an operator drained the worker (POST /workers/{id}/drain): routing sends it nothing '
+    'new until undrained; kept across restarts of the Coordinator and of the worker';
+COMMENT ON COLUMN workers.drained IS
+    'the worker''s own report (heartbeat): it takes no task and holds none';
+
+-- The timeline of each task: one row per transition, written by the triggers below, so
+-- every writer (Coordinator, Reaper, workers) records its transitions without a change to
+-- its SQL. A writer may name a reason (the Reaper's) or an event (an operator's cancel) in
+-- the transaction-local settings coordinator.reason and coordinator.event.
+CREATE TABLE IF NOT EXISTS task_transitions (
+    id        bigserial PRIMARY KEY,
+    task_id   uuid NOT NULL,
+    at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    event     text NOT NULL,
+    status    text NOT NULL,
+    worker_id text,
+    queue     text,
+    reason    text
+);
+CREATE INDEX IF NOT EXISTS task_transitions_task_idx ON task_transitions (task_id, id);
+-- Rows arrive in time order: a BRIN index finds the ones past the retention for a few pages.
+CREATE INDEX IF NOT EXISTS task_transitions_at_idx ON task_transitions USING brin (at);
+
+CREATE OR REPLACE FUNCTION coordinator_tasks_created() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO task_transitions (task_id, event, status, worker_id, queue, reason)
+    SELECT id, CASE WHEN queue IS NULL THEN 'created, waiting' ELSE 'created' END, status,
+           NULL, queue, nullif(current_setting('coordinator.reason', true), '')
+      FROM created;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS tasks_created_transition ON tasks;
+CREATE TRIGGER tasks_created_transition
+    AFTER INSERT ON tasks REFERENCING NEW TABLE AS created
+    FOR EACH STATEMENT EXECUTE FUNCTION coordinator_tasks_created();
+
+CREATE OR REPLACE FUNCTION coordinator_task_transition() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    reason text := nullif(current_setting('coordinator.reason', true), '');
+BEGIN
+    INSERT INTO task_transitions (task_id, event, status, worker_id, queue, reason)
+    VALUES (NEW.id, coalesce(nullif(current_setting('coordinator.event', true), ''), CASE
+        WHEN NEW.status = 'running' AND OLD.status = 'queued' THEN 'claimed'
+        WHEN NEW.status = 'running' THEN 'claimed again'
+        WHEN NEW.status = 'queued' AND OLD.status IN ('done', 'failed') THEN 'retried'
+        WHEN NEW.status = 'queued' AND OLD.status = 'queued' AND OLD.queue IS NULL
+            THEN 'dispatched'
+        WHEN NEW.status = 'queued' THEN 're-dispatched'
+        ELSE NEW.status END),
+        NEW.status, NEW.worker_id, NEW.queue,
+        coalesce(reason, CASE WHEN NEW.status = 'failed' THEN NEW.error END));
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS tasks_transition ON tasks;
+CREATE TRIGGER tasks_transition
+    AFTER UPDATE ON tasks FOR EACH ROW
+    WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.queue IS DISTINCT FROM NEW.queue
+          OR OLD.claim IS DISTINCT FROM NEW.claim)
+    EXECUTE FUNCTION coordinator_task_transition();
+
+-- The page's task list: newest first, and the counts of the last hour.
+CREATE INDEX IF NOT EXISTS tasks_created_idx ON tasks (created_at DESC);
+
+-- What operators did through the status page or the API, with the outcome.
+CREATE TABLE IF NOT EXISTS audit (
+    id              bigserial PRIMARY KEY,
+    at              timestamptz NOT NULL DEFAULT clock_timestamp(),
+    actor           text NOT NULL,
+    action          text NOT NULL,
+    target          text NOT NULL,
+    ok              boolean,
+    result          text,
+    idempotency_key text UNIQUE
+);
+CREATE INDEX IF NOT EXISTS audit_target_idx ON audit (target, id);
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
     (2, "workers.stopped_at: a worker that said goodbye is not alive", _V2),
     (3, "tasks.answered_model: the model that wrote the result", _V3),
+    (4, "drain, task_transitions (the timeline), audit", _V4),
 ]
 
 #: Whether a `workers` row is alive: it heartbeated within the TTL (the query's parameter

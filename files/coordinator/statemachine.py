@@ -99,3 +99,19 @@ REPUSH = (
 def mark_repushed(ids: Sequence[uuid.UUID], queue: str) -> Query:
     """Coordinator side: note a new push of still-queued tasks to ``queue``."""
     return REPUSH, {"ids": list(ids), "queue": queue}
+
+
+RETRY = (
+    "UPDATE tasks SET status = 'queued', queue = %(queue)s, worker = %(worker)s,"
+    " claim = NULL, worker_id = NULL, worker_host = NULL, result = NULL, error = NULL,"
+    " fallback = false, answered_model = NULL, started_at = NULL, finished_at = NULL,"
+    " max_attempts = attempts + %(attempts)s,"
+    " dispatched_at = CASE WHEN %(queue)s::text IS NULL THEN NULL ELSE clock_timestamp() END"
+    " WHERE id = %(id)s AND status = 'failed' RETURNING id"
+)
+
+
+def retry_task(task_id: uuid.UUID, queue: str | None, worker: str, attempts: int) -> Query:
+    """Operator side: ``failed → queued`` on ``queue`` (None: wait for a worker), with
+    ``attempts`` more claims allowed than it had."""
+    return RETRY, {"id": task_id, "queue": queue, "worker": worker, "attempts": attempts}

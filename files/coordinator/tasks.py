@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
@@ -19,6 +20,7 @@ from coordinator_contract import DEFAULT_WORKER
 from psycopg.rows import dict_row
 from redis.exceptions import RedisError
 
+from . import audit
 from . import queries as q
 from . import statemachine as sm
 from .config import Config
@@ -26,7 +28,7 @@ from .errors import first_line
 from .events import TaskEvents
 from .metrics import Metrics
 from .reaper import push
-from .registry import Registry
+from .registry import KnownWorker, Registry
 from .routing import ROUTES, RequestError, RouteRequest, describe_no_worker
 
 if TYPE_CHECKING:
@@ -37,6 +39,12 @@ log = logging.getLogger("coordinator")
 Row = sm.NewTask
 Item = TypeVar("Item")
 Answer = TypeVar("Answer")
+
+
+def describe_not_taking(worker_id: str, known: KnownWorker | None) -> str:
+    if known is not None and known.draining:
+        return f"worker {worker_id!r} is drained: the task waits until it is undrained"
+    return f"worker {worker_id!r} is not alive: the task waits for it"
 
 
 def task_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +280,7 @@ class Tasks:
                                         f"{req.model!r} (it serves: {serves}): pick another "
                                         "model or worker")
             requested = worker = known.worker_id
-            queue = known.queue if known.alive() else None
+            queue = known.queue if known.takes() else None
             if queue is not None:
                 self.registry.dispatched(queue)
         else:
@@ -290,11 +298,91 @@ class Tasks:
                 answer["warning"] = ("Redis did not answer: the task is saved and the Reaper "
                                      "pushes it to its queue again")
         else:
-            answer["note"] = (f"worker {requested!r} is not alive: the task waits for it"
+            answer["note"] = (describe_not_taking(requested, self.registry.get(requested))
                               if requested else describe_no_worker(req.model))
         self.metrics.routed.labels(req.task_type).inc()
         self.metrics.route_seconds.observe(time.perf_counter() - started)
         return answer
+
+    def placement(self, task_type: str, model: str | None, requested: str | None
+                  ) -> tuple[str | None, str]:
+        """(queue, worker) for a task to be dispatched now: its shared queue, the requested
+        worker's queue while it takes tasks, or the least loaded worker serving the model;
+        queue None when it must wait for one."""
+        spec = ROUTES[task_type]
+        if spec.kind != "inference":
+            return spec.queue, DEFAULT_WORKER
+        if requested is not None:
+            known = self.registry.get(requested)
+            return (known.queue if known is not None and known.takes() else None), requested
+        chosen = self.registry.pick(model)
+        return (chosen.queue, chosen.worker_id) if chosen else (None, DEFAULT_WORKER)
+
+    async def retry(self, task_id: uuid.UUID, actor: str, key: str | None
+                    ) -> dict[str, Any] | None:
+        """A failed task queued again as a new attempt (web and RAG tasks too: a person asks
+        for it); None for an unknown task."""
+
+        async def effect(conn: psycopg.AsyncConnection) -> audit.Effect:
+            row = await self._locked(conn, task_id)
+            if row["status"] != sm.FAILED:
+                return audit.Effect(False, f"task {task_id} is {row['status']}, not failed: "
+                                           "nothing to retry")
+            queue, worker = self.placement(row["task_type"], row["model"],
+                                           row["requested_worker"])
+            await audit.set_transition(conn, f"retried by {actor}")
+            await conn.execute(*sm.retry_task(task_id, queue, worker, self.cfg.max_attempts))
+            where = f"queued on {queue}" if queue else "waiting for a worker"
+            return audit.Effect(True, f"retried task {task_id}: {where}",
+                                {queue: [str(task_id)]} if queue else {})
+
+        return await self._act(task_id, "retry", actor, key, effect)
+
+    async def cancel(self, task_id: uuid.UUID, actor: str, key: str | None
+                     ) -> dict[str, Any] | None:
+        """A queued task failed as cancelled (a worker that takes its id then drops it);
+        None for an unknown task."""
+
+        async def effect(conn: psycopg.AsyncConnection) -> audit.Effect:
+            row = await self._locked(conn, task_id)
+            if row["status"] != sm.QUEUED:
+                return audit.Effect(False, f"task {task_id} is {row['status']}: only a queued "
+                                           "task can be cancelled")
+            error = f"cancelled by {actor} while queued"
+            await audit.set_transition(conn, error, "cancelled")
+            await conn.execute(*sm.fail_task(task_id, sm.QUEUED, row["claim"], error))
+            return audit.Effect(True, f"cancelled task {task_id}")
+
+        return await self._act(task_id, "cancel", actor, key, effect)
+
+    @staticmethod
+    async def _locked(conn: psycopg.AsyncConnection, task_id: uuid.UUID) -> dict[str, Any]:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(q.TASK_FOR_ACTION, {"id": task_id})
+        row = await cur.fetchone()
+        if row is None:
+            raise audit.NotFound
+        return row
+
+    async def _act(self, task_id: uuid.UUID, action: str, actor: str, key: str | None,
+                   effect: Callable[[psycopg.AsyncConnection], Awaitable[audit.Effect]]
+                   ) -> dict[str, Any] | None:
+        outcome = await audit.perform(self.writer.pool, actor, action, str(task_id), key,
+                                      effect)
+        if outcome is None:
+            return None
+        if outcome.changed and not outcome.repeated:
+            log.info("%s (by %s)", outcome.message, actor)
+        if outcome.pushes:
+            try:
+                await push(self.writer.redis, outcome.pushes)
+            except (RedisError, OSError) as exc:
+                log.warning("could not push retried task %s (%s): the Reaper pushes it again",
+                            task_id, first_line(exc))
+        row = await self.reader.get(task_id)
+        return {"task_id": str(task_id), "status": row["status"] if row else sm.FAILED,
+                "changed": outcome.changed, "message": outcome.message,
+                "repeated": outcome.repeated}
 
     async def get(self, task_id: uuid.UUID, wait: float) -> dict[str, Any] | None:
         """The task's public view; with ``wait`` > 0, long-poll until done or failed."""

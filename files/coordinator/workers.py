@@ -9,11 +9,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
 from psycopg.rows import class_row, dict_row
 from redis.exceptions import RedisError
 
+from . import audit
 from . import queries as q
 from .config import Config
 from .errors import first_line
@@ -32,7 +34,7 @@ def known_worker(row: q.RoutedWorker, now: float) -> KnownWorker:
     queue = (inference_queue_of(row.worker_id, row.device, row.queues or ())
              if row.kind == "inference" else None)
     return KnownWorker(row.worker_id, row.host, row.kind, queue, tuple(row.models or ()),
-                       now + (row.seconds_to_live or 0.0))
+                       now + (row.seconds_to_live or 0.0), row.draining)
 
 
 class Workers:
@@ -77,20 +79,25 @@ class Workers:
             "device": body.get("device"), "queues": queues,
             "models": list(body.get("models") or []), "version": body.get("version"),
             "pid": body.get("pid"), "instance_id": body["instance_id"], "ttl": cfg.heartbeat_ttl,
+            "os": body.get("os"),
         }
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(q.REGISTER_WORKER, params)
+            cur = await conn.execute(q.REGISTER_WORKER, params)
+            draining = (await cur.fetchone())[0]
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q.REGISTER_INSTANCE, params)
             duplicate = (await cur.fetchone())["duplicate"]
             dispatched = (await dispatch_waiting(conn, cfg.heartbeat_ttl)
-                          if kind == "inference" else [])
+                          if kind == "inference" and not draining else [])
         self.registry.put(KnownWorker(worker_id, body["host"], kind, queue,
                                       tuple(params["models"]),
-                                      time.monotonic() + cfg.heartbeat_ttl))
+                                      time.monotonic() + cfg.heartbeat_ttl, draining))
         log.info("registered %s worker '%s' on host '%s' (pid %s, version %s, queues %s)",
                  kind, worker_id, body["host"], body.get("pid"), body.get("version"),
                  ", ".join(queues) or "-")
+        if draining:
+            log.info("worker '%s' is drained: it takes no task until POST /workers/%s/undrain",
+                     worker_id, worker_id)
         if duplicate:
             log.warning("worker '%s' registered from host '%s' pid %s while another live "
                         "process uses the same worker id", worker_id, body["host"],
@@ -108,14 +115,15 @@ class Workers:
                             "again", first_line(exc))
         return {"heartbeat_interval": cfg.heartbeat_interval,
                 "heartbeat_ttl": cfg.heartbeat_ttl, "duplicate": duplicate, "queues": queues,
-                "dispatched": len(dispatched)}
+                "dispatched": len(dispatched), "drain": draining}
 
     async def heartbeat(self, worker_id: str, body: dict[str, Any]) -> dict[str, Any] | None:
         params = {
             "worker_id": worker_id, "instance_id": body["instance_id"], "pid": body.get("pid"),
             "in_flight": body.get("in_flight"),
             "db_write_failures": body.get("db_write_failures"),
-            "last_error": body.get("last_error"), "ttl": self.cfg.heartbeat_ttl,
+            "last_error": body.get("last_error"), "drained": body.get("drained"),
+            "ttl": self.cfg.heartbeat_ttl,
         }
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=class_row(q.Heartbeat))
@@ -127,7 +135,7 @@ class Workers:
         self.registry.put(known_worker(row, time.monotonic()))
         if before is not None and not before.alive() and self.reaper is not None:
             self.reaper.kick()  # back from the dead: dispatch what waits for it now
-        return {"duplicate": row.duplicate}
+        return {"duplicate": row.duplicate, "drain": row.draining}
 
     async def deregister(self, worker_id: str, instance_id: str) -> dict[str, Any] | None:
         """The goodbye of a stopping worker process: its instance is gone, and the worker is
@@ -151,12 +159,53 @@ class Workers:
                 self.reaper.kick()  # its waiting tasks go to another worker now
         return {"stopped": stopped is not None}
 
+    async def drain(self, worker_id: str, drain: bool, actor: str,
+                    idempotency_key: str | None = None) -> dict[str, Any] | None:
+        """Drain (or undrain) a worker, recorded in the audit table; None for an unknown
+        worker. A second request changes nothing (guarded update; same key: same answer)."""
+        action = "drain" if drain else "undrain"
+
+        async def effect(conn: psycopg.AsyncConnection) -> audit.Effect:
+            cur = conn.cursor(row_factory=class_row(q.DrainChange))
+            await cur.execute(q.DRAIN if drain else q.UNDRAIN, {"worker_id": worker_id})
+            changed = await cur.fetchone()
+            state = await conn.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
+                                                           "ttl": self.cfg.heartbeat_ttl})
+            row = await state.fetchone()
+            if row is None:
+                raise audit.NotFound
+            if changed is None:
+                return audit.Effect(False, f"worker '{worker_id}' is {row[0]} already: "
+                                           f"nothing to {action}")
+            return audit.Effect(True, f"{action}ed {changed.kind} worker '{worker_id}' on "
+                                      f"host '{changed.host}': it is {row[0]} now")
+
+        outcome = await audit.perform(self.pool, actor, action, worker_id, idempotency_key,
+                                      effect)
+        if outcome is None:
+            return None
+        if outcome.changed and not outcome.repeated:
+            known = self.registry.get(worker_id)
+            if known is not None:
+                self.registry.put(dataclasses.replace(known, draining=drain))
+            log.info("%s (by %s)", outcome.message, actor)
+            if self.reaper is not None:
+                self.reaper.kick()  # its waiting tasks go to another worker now, or back
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
+                                                         "ttl": self.cfg.heartbeat_ttl})
+            row = await cur.fetchone()
+        return {"worker_id": worker_id, "state": row[0] if row else "stopped",
+                "changed": outcome.changed, "message": outcome.message,
+                "repeated": outcome.repeated}
+
     async def list(self) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q.LIST_WORKERS, {"ttl": self.cfg.heartbeat_ttl})
             rows = await cur.fetchall()
         for row in rows:
-            for column in ("registered_at", "last_heartbeat", "stopped_at"):
+            for column in ("registered_at", "last_heartbeat", "stopped_at",
+                           "drain_requested_at"):
                 row[column] = q.iso(row[column])
         return rows

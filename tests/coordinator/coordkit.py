@@ -161,10 +161,12 @@ class FakeWorker:
         assert resp.status_code == 200, resp.text
         return resp.json()
 
-    def heartbeat(self) -> httpx.Response:
-        return self.http.post(f"/workers/{self.worker_id}/heartbeat", json={
-            "instance_id": self.instance_id, "pid": self.pid, "in_flight": 0,
-            "db_write_failures": 0, "last_error": None})
+    def heartbeat(self, in_flight: int = 0, drained: bool | None = None) -> httpx.Response:
+        body = {"instance_id": self.instance_id, "pid": self.pid, "in_flight": in_flight,
+                "db_write_failures": 0, "last_error": None}
+        if drained is not None:
+            body["drained"] = drained
+        return self.http.post(f"/workers/{self.worker_id}/heartbeat", json=body)
 
     def start(self, interval: float = 0.1) -> FakeWorker:
         """Register and heartbeat every ``interval`` seconds in a thread until ``stop``."""

@@ -308,7 +308,7 @@ def test_whole_numbers_written_as_floats_are_integers(client: httpx.Client) -> N
     assert client.post("/workers/register", json=body | {"pid": 135379.0}).status_code == 200
     beat = client.post("/workers/w1/heartbeat", json={
         "instance_id": body["instance_id"], "pid": 135379.0, "in_flight": 1.0})
-    assert (beat.status_code, beat.json()) == (200, {"duplicate": False})
+    assert (beat.status_code, beat.json()) == (200, {"duplicate": False, "drain": False})
     refused = client.post("/workers/w1/heartbeat", json={
         "instance_id": body["instance_id"], "pid": 1.5})
     assert refused.status_code == 422 and refused.json()["error"].startswith("'pid': ")
