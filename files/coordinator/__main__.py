@@ -1,5 +1,8 @@
 """``python -m coordinator`` (run from ``files/``): check the configuration and backends,
-create or upgrade the schema, then serve the API with uvicorn (uvloop, httptools)."""
+create or upgrade the schema, then serve the API with uvicorn (uvloop, httptools).
+
+``python -m coordinator status`` shows a running Coordinator's workers, queues and latest
+failures instead (``status_cli``)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import sys
 
 import uvicorn
 
-from . import __version__
+from . import __version__, status_cli
 from .app import create_app
 from .config import ConfigError, load_config
 from .errors import StartupError
@@ -37,6 +40,8 @@ def raise_open_file_limit() -> int:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["status"]:
+        return status_cli.main(sys.argv[2:], os.environ)
     try:
         cfg = load_config(os.environ)
     except ConfigError as exc:
