@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import platform
 import re
 import signal
 import sys
@@ -325,6 +326,12 @@ class Worker:
                                                  daemon=True)
         # Set once the worker says goodbye: no heartbeat may follow it.
         self.heartbeats_over = threading.Event()
+        # Wakes the heartbeat thread before its interval (a drain just finished, goodbye).
+        self.beat_now = threading.Event()
+        # Set while the Coordinator says the worker is drained (register and heartbeat
+        # answers); `drained` once it also holds no task, which the next heartbeat reports.
+        self.drain = threading.Event()
+        self.drained = False
         self.stopping = threading.Event()
         self.exit_code = 0
         self.in_flight = 0
@@ -504,7 +511,9 @@ class Worker:
         body = {
             "worker_id": self.cfg.worker_id, "host": self.cfg.worker_host, "kind": self.kind,
             "version": self.version, "pid": os.getpid(),
-            "instance_id": self.instance_id, **self.registration_extra(),
+            "instance_id": self.instance_id,
+            "os": f"{platform.system()} {platform.release()}".strip(),
+            **self.registration_extra(),
         }
         try:
             response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
@@ -518,22 +527,43 @@ class Worker:
         if response.status_code != 200:
             raise CheckFailed(f"Coordinator check FAILED at {url}: HTTP {response.status_code} "
                               f"{error_text(response)}")
-        self.heartbeat_interval = float(response.json()["heartbeat_interval"])
+        answer = response.json()
+        self.heartbeat_interval = float(answer["heartbeat_interval"])
         log.info("register: %s as %s worker on %s at %s (v%s, heartbeat every %gs)",
                  self.cfg.worker_id, self.kind, self.queues, self.cfg.coordinator_url,
                  self.version, self.heartbeat_interval)
+        self.set_drain(bool(answer.get("drain")))
+
+    def set_drain(self, drain: bool) -> None:
+        """Follow the Coordinator's word on draining; log each change once."""
+        if drain and not self.drain.is_set():
+            self.drain.set()
+            log.info("Drained by the Coordinator: finishing %s, taking no new task from %s "
+                     "until undrained", "the task held" if self.in_flight else "nothing held",
+                     ", ".join(self.queues))
+        elif not drain and self.drain.is_set():
+            self.drain.clear()
+            self.drained = False
+            log.info("Undrained by the Coordinator: taking tasks from %s again",
+                     ", ".join(self.queues))
 
     def heartbeat_loop(self) -> None:
         url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/heartbeat"
         outage: str | None = None
         warned_duplicate = False
         # Runs until the goodbye, so heartbeats continue while a SIGTERM drains.
-        while not self.heartbeats_over.wait(self.heartbeat_interval):
+        while True:
+            self.beat_now.wait(self.heartbeat_interval)
+            self.beat_now.clear()
+            if self.heartbeats_over.is_set():
+                return
             self.keep_lock()
             body = {
                 "instance_id": self.instance_id, "pid": os.getpid(),
                 "in_flight": self.in_flight, "db_write_failures": self.db_write_failures,
                 "last_error": self.last_error,
+                # only a Coordinator that drains knows the field
+                **({"drained": self.drained} if self.drain.is_set() else {}),
             }
             try:
                 if self.heartbeats_over.is_set():
@@ -549,6 +579,7 @@ class Worker:
                         f"HTTP {response.status_code} {error_text(response)}")
                 answer = response.json()
                 duplicate = isinstance(answer, dict) and bool(answer.get("duplicate"))
+                self.set_drain(isinstance(answer, dict) and bool(answer.get("drain")))
             except (requests.RequestException, CheckFailed, ValueError) as error:
                 if outage is None:
                     outage = one_line(error)
@@ -569,6 +600,7 @@ class Worker:
         stopped at once instead of alive until the heartbeat TTL runs out. Best effort: a
         Coordinator that does not answer learns it from the missing heartbeats."""
         self.heartbeats_over.set()
+        self.beat_now.set()
         if self.heartbeat_thread.is_alive():
             self.heartbeat_thread.join(self.cfg.coordinator_timeout + 1)
         url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/deregister"
@@ -611,12 +643,21 @@ class Worker:
         return self.exit_code
 
     def next_task_id(self) -> str | None:
-        """An id left in our processing list first (a previous run or a lost LREM)."""
+        """An id left in our processing list first (a previous run or a lost LREM); while
+        drained, nothing else."""
         if not self.processing_empty:
             left = self.redis.lindex(self.processing, -1)
             if left is not None:
                 log.info("Task %s is in %s from before; finishing it", left, self.processing)
                 return left
+            self.processing_empty = True
+        if self.drain.is_set():
+            if not self.drained:
+                self.drained = True
+                log.info("Drained: holding no task, taking none until undrained")
+                self.beat_now.set()  # say so now, not at the next interval
+            self.stopping.wait(TAKE_BLOCK_SECONDS)
+            return None
         for queue in self.queues:
             task_id = self.redis.blmove(queue, self.processing, TAKE_BLOCK_SECONDS,
                                         "RIGHT", "LEFT")

@@ -441,3 +441,32 @@ def test_postgres_restart_mid_task_lock_retaken_and_result_written(web_env, busy
     wait_until(lambda: rds.llen(f"processing:{web_env['WORKER_ID']}") == 0, 10,
                "the id to leave the processing list")
 
+
+
+def test_a_drained_worker_finishes_its_task_takes_nothing_new_until_undrained(
+        web_env, busy_worker, start_worker, coordinator, tasks, ollama):
+    worker_id = web_env["WORKER_ID"]
+    worker, held = busy_worker(web_env, latency=2)
+    answer = requests.post(f"{coordinator.url}/workers/{worker_id}/drain", timeout=10)
+    assert answer.status_code == 200 and answer.json()["state"] == "draining"
+    worker.wait_for("INFO Drained by the Coordinator: finishing the task held, taking no new "
+                    "task from tasks:web until undrained")
+    assert tasks.wait_status(held, "done", "failed")["status"] == "done"
+    worker.wait_for("INFO Drained: holding no task, taking none until undrained")
+    wait_until(lambda: coordinator.worker(worker_id)["state"] == "drained", 10,
+               "the Coordinator to list the worker as drained")
+    ollama.config(latency=0)
+    waiting = coordinator.route("drained", "web_search")
+    # A restarted process stays drained: the state is the Coordinator's, not the process's.
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit(40) == 0
+    again = start_worker(web_env)
+    again.wait_for("INFO Drained by the Coordinator: finishing nothing held, taking no new "
+                   "task from tasks:web until undrained")
+    again.wait_for("INFO Drained: holding no task, taking none until undrained")
+    assert tasks.get(waiting)["status"] == "queued"
+    answer = requests.post(f"{coordinator.url}/workers/{worker_id}/undrain", timeout=10)
+    assert answer.status_code == 200 and answer.json()["changed"] is True
+    assert tasks.wait_status(waiting, "done", "failed")["status"] == "done"
+    assert "INFO Undrained by the Coordinator: taking tasks from tasks:web again" in \
+        messages(again)
