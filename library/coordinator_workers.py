@@ -178,14 +178,12 @@ heartbeat_ttl:
   sample: 30.0
 """
 
-import json
 import time
 from typing import Any
-from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_api import call
 from ansible.module_utils.coordinator_contract import WORKER_KINDS
-from ansible.module_utils.coordinator_probe import describe_http_error, describe_unreachable
 from ansible.module_utils.coordinator_registry import (
     Expected,
     RegistryError,
@@ -196,7 +194,6 @@ from ansible.module_utils.coordinator_registry import (
     parse_registry,
     verdict,
 )
-from ansible.module_utils.urls import open_url
 
 READ_INTERVAL = 1.0
 
@@ -225,24 +222,7 @@ def argument_spec() -> dict[str, Any]:
 
 
 def read_registry(params: dict[str, Any]) -> tuple[list[Seen], float]:
-    url = params["coordinator_url"].rstrip("/")
-    headers = {"Accept": "application/json"}
-    if params["coordinator_token"]:
-        headers["Authorization"] = f"Bearer {params['coordinator_token']}"
-    try:
-        answer = open_url(f"{url}/workers", headers=headers, method="GET",
-                          timeout=params["timeout"], validate_certs=params["validate_certs"])
-        body = json.loads(answer.read())
-    except HTTPError as exc:
-        raise RegistryError(describe_http_error(url, exc.code, exc.read(),
-                                                bool(params["coordinator_token"]),
-                                                request="GET /workers")) from exc
-    except (URLError, OSError) as exc:
-        raise RegistryError(describe_unreachable(url, str(getattr(exc, "reason", exc)))) from exc
-    except ValueError as exc:
-        raise RegistryError(f"Coordinator at {url} did not answer GET /workers with JSON: "
-                            "check coordinator_url") from exc
-    return parse_registry(body, params["kind"])
+    return parse_registry(call(params, "GET", "/workers", RegistryError), params["kind"])
 
 
 def run(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:

@@ -21,9 +21,27 @@ from coordinator.schema import ensure_schema
 from lab import lab
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
 
-for _path in sorted((Path(__file__).resolve().parents[1] / "module_utils").glob("*.py")):
-    sys.modules.setdefault(f"ansible.module_utils.{_path.stem}",
-                           importlib.import_module(f"module_utils.{_path.stem}"))
+
+def _alias_module_utils() -> None:
+    """Each module_utils/<name>.py as ``ansible.module_utils.<name>``, the ones it imports
+    first (a pass that fails on a missing one is retried once the others are in)."""
+    pending = sorted((Path(__file__).resolve().parents[1] / "module_utils").glob("*.py"))
+    for _ in range(len(pending)):
+        missing = []
+        for path in pending:
+            try:
+                module = importlib.import_module(f"module_utils.{path.stem}")
+            except ModuleNotFoundError:
+                sys.modules.pop(f"module_utils.{path.stem}", None)
+                missing.append(path)
+                continue
+            sys.modules.setdefault(f"ansible.module_utils.{path.stem}", module)
+        pending = missing
+    if pending:
+        importlib.import_module(f"module_utils.{pending[0].stem}")  # raises, naming it
+
+
+_alias_module_utils()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 ANSIBLE_DOC = VENV_BIN / "ansible-doc"
@@ -61,3 +63,20 @@ def load_module(name: str) -> ModuleType:
     sys.modules[spec.name] = loaded  # dataclasses look their module up there
     spec.loader.exec_module(loaded)
     return loaded
+
+
+def documented_as_coded(name: str) -> dict:
+    """Assert that a module's documented options are its argument_spec (type, default,
+    choices) and that its EXAMPLES use only those; return its documentation."""
+    doc = module_doc(name)
+    spec = load_module(name).argument_spec()
+    options = doc["doc"]["options"]
+    assert sorted(options) == sorted(spec)
+    for option, coded in spec.items():
+        assert options[option]["type"] == coded["type"], option
+        assert options[option].get("default") == coded.get("default"), option
+        assert options[option].get("choices") == coded.get("choices"), option
+    for task in yaml.safe_load(doc["examples"]):
+        if name in task:
+            assert set(task[name]) <= set(spec)
+    return doc

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from lab.processes import CoordinatorProcess
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, wait_until
 
 from .coordinator_task_harness import (
     ProbeRun,
+    Registration,
     SqlWorker,
     TasksDb,
     finish_probe,
@@ -63,3 +66,15 @@ def coordinator(
     with start_coordinator(tasks_db, probe_redis,
                            tmp_path_factory.mktemp("coordinator")) as running:
         yield running
+
+
+@pytest.fixture
+def registrations(coordinator: CoordinatorProcess) -> Iterator[list[Registration]]:
+    # Another test of this session restarts PostgreSQL: start once the Coordinator is healthy.
+    wait_until(lambda: requests.get(f"{coordinator.url}/health", timeout=5).status_code == 200,
+               30, "GET /health 200")
+    made: list[Registration] = []
+    yield made
+    for registration in made:
+        with contextlib.suppress(AssertionError, requests.RequestException):
+            registration.deregister()

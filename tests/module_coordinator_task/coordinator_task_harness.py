@@ -13,6 +13,7 @@ import json
 import secrets
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 import coordinator_contract as contract
 import psycopg
 import pytest
+import requests
 
 from lab.processes import CoordinatorProcess
 from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis
@@ -195,3 +197,38 @@ def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path,
     """The real Coordinator with a token (a fresh one unless given), on ``port`` or a free one."""
     return CoordinatorProcess(db.dsn, redis, workdir / "coordinator.log", port=port,
                               token=token or secrets.token_urlsafe(24))
+
+
+class Registration:
+    """A web worker as the registry sees it: registered, heartbeating until stopped."""
+
+    def __init__(self, coordinator: CoordinatorProcess, host: str, pid: int) -> None:
+        self.url = coordinator.url
+        self.headers = {"Authorization": f"Bearer {coordinator.token}"}
+        self.worker_id = f"web-worker-test-{uuid.uuid4().hex[:8]}"
+        self.instance_id = str(uuid.uuid4())
+        self.host, self.pid = host, pid
+        self.beating = threading.Event()
+
+    def post(self, path: str, body: dict) -> None:
+        answer = requests.post(f"{self.url}{path}", json=body, headers=self.headers, timeout=5)
+        assert answer.status_code == 200, answer.text
+
+    def register(self) -> Registration:
+        self.post("/workers/register", {
+            "worker_id": self.worker_id, "host": self.host, "kind": "web",
+            "queues": ["tasks:web"], "version": "2.1", "pid": self.pid,
+            "instance_id": self.instance_id})
+        return self
+
+    def heartbeat_every(self, seconds: float) -> Registration:
+        def beat() -> None:
+            while not self.beating.wait(seconds):
+                self.post(f"/workers/{self.worker_id}/heartbeat",
+                          {"instance_id": self.instance_id, "pid": self.pid})
+        threading.Thread(target=beat, daemon=True).start()
+        return self
+
+    def deregister(self) -> None:
+        self.beating.set()
+        self.post(f"/workers/{self.worker_id}/deregister", {"instance_id": self.instance_id})

@@ -7,72 +7,17 @@ managers run.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-import requests
-import yaml
-
 from lab.processes import CoordinatorProcess
-from lab.throwaway import wait_until
 
-from ..library_kit import load_module, module_doc
-from .coordinator_task_harness import finish_probe, start_probe
+from ..library_kit import documented_as_coded
+from .coordinator_task_harness import Registration, finish_probe, start_probe
 
 SLOW, FAST = "10.0.7.42", "10.0.7.43"
 HOSTS = {SLOW: "lab-worker-slow", FAST: "lab-worker-fast"}
-
-
-class Registration:
-    """A web worker as the registry sees it: registered, heartbeating until stopped."""
-
-    def __init__(self, coordinator: CoordinatorProcess, host: str, pid: int) -> None:
-        self.url = coordinator.url
-        self.headers = {"Authorization": f"Bearer {coordinator.token}"}
-        self.worker_id = f"web-worker-test-{uuid.uuid4().hex[:8]}"
-        self.instance_id = str(uuid.uuid4())
-        self.host, self.pid = host, pid
-        self.beating = threading.Event()
-
-    def post(self, path: str, body: dict) -> None:
-        answer = requests.post(f"{self.url}{path}", json=body, headers=self.headers, timeout=5)
-        assert answer.status_code == 200, answer.text
-
-    def register(self) -> Registration:
-        self.post("/workers/register", {
-            "worker_id": self.worker_id, "host": self.host, "kind": "web",
-            "queues": ["tasks:web"], "version": "2.1", "pid": self.pid,
-            "instance_id": self.instance_id})
-        return self
-
-    def heartbeat_every(self, seconds: float) -> Registration:
-        def beat() -> None:
-            while not self.beating.wait(seconds):
-                self.post(f"/workers/{self.worker_id}/heartbeat",
-                          {"instance_id": self.instance_id, "pid": self.pid})
-        threading.Thread(target=beat, daemon=True).start()
-        return self
-
-    def deregister(self) -> None:
-        self.beating.set()
-        self.post(f"/workers/{self.worker_id}/deregister", {"instance_id": self.instance_id})
-
-
-@pytest.fixture
-def registrations(coordinator: CoordinatorProcess) -> Iterator[list[Registration]]:
-    # Another test of this session restarts PostgreSQL: start once the Coordinator is healthy.
-    wait_until(lambda: requests.get(f"{coordinator.url}/health", timeout=5).status_code == 200,
-               30, "GET /health 200")
-    made: list[Registration] = []
-    yield made
-    for registration in made:
-        with contextlib.suppress(AssertionError, requests.RequestException):
-            registration.deregister()
 
 
 def witness(tmp_path: Path, coordinator: CoordinatorProcess, **args: object):
@@ -145,18 +90,7 @@ def test_wrong_token_and_no_coordinator_are_one_line(tmp_path, coordinator):
 
 
 def test_documentation_matches_the_code(tmp_path, coordinator, registrations):
-    doc = module_doc("coordinator_workers")
-    module = load_module("coordinator_workers")
-    spec = module.argument_spec()
-    options = doc["doc"]["options"]
-    assert sorted(options) == sorted(spec)
-    for name, coded in spec.items():
-        assert options[name]["type"] == coded["type"], name
-        assert options[name].get("default") == coded.get("default"), name
-        assert options[name].get("choices") == coded.get("choices"), name
-    for task in yaml.safe_load(doc["examples"]):
-        if "coordinator_workers" in task:
-            assert set(task["coordinator_workers"]) <= set(spec)
+    doc = documented_as_coded("coordinator_workers")
     registrations.append(Registration(coordinator, SLOW, 812).register())
     run = witness(tmp_path, coordinator)
     returned = set(run.result) - {"action", "changed", "failed", "invocation", "_ansible_no_log"}

@@ -1,0 +1,46 @@
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One request to the Coordinator API from a module, with one-line errors.
+
+Shared by the modules that talk to the API (coordinator_workers, coordinator_drain); uses
+Ansible's own ``open_url``, so no Python package is needed on the host that runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.coordinator_probe import describe_http_error, describe_unreachable
+from ansible.module_utils.urls import open_url
+
+
+def call(params: dict[str, Any], method: str, path: str, error: type[Exception],
+         timeout: int | None = None) -> Any:
+    """The JSON answer of ``method path``; raises ``error`` with a line a user can act on.
+
+    ``params`` holds the modules' common options: coordinator_url, coordinator_token,
+    validate_certs and timeout. A POST carries a fresh Idempotency-Key, so a request retried
+    after a lost answer has one effect."""
+    url = params["coordinator_url"].rstrip("/")
+    headers = {"Accept": "application/json"}
+    if params["coordinator_token"]:
+        headers["Authorization"] = f"Bearer {params['coordinator_token']}"
+    if method == "POST":
+        headers["Idempotency-Key"] = str(uuid.uuid4())
+    try:
+        answer = open_url(f"{url}{path}", headers=headers, method=method,
+                          timeout=timeout or params["timeout"],
+                          validate_certs=params["validate_certs"])
+        return json.loads(answer.read())
+    except HTTPError as exc:
+        raise error(describe_http_error(url, exc.code, exc.read(),
+                                        bool(params["coordinator_token"]),
+                                        request=f"{method} {path}")) from exc
+    except (URLError, OSError) as exc:
+        raise error(describe_unreachable(url, str(getattr(exc, "reason", exc)))) from exc
+    except ValueError as exc:
+        raise error(f"Coordinator at {url} did not answer {method} {path} with JSON: "
+                    "check coordinator_url") from exc
