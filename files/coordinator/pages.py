@@ -362,6 +362,8 @@ def _worker_row(w: Mapping[str, Any]) -> str:
     cells = [
         f'<td class="id">{_e(w["worker_id"])}</td>',
         f'<td><span class="state state-{_e(state)}">{_e(state)}</span></td>',
+        # The action next to the state, so it is on screen without scrolling.
+        f"<td>{_worker_action(w)}</td>",
         f'<td>{_v(w.get("host"))}</td>',
         f'<td>{_v(w.get("kind"))}</td>',
         f'<td class="num">{_e(age(w.get("seconds_since_heartbeat")))} ago</td>',
@@ -373,16 +375,15 @@ def _worker_row(w: Mapping[str, Any]) -> str:
         f'<td class="num">{failures_html}</td>',
         f'<td>{_time(w.get("drain_requested_at"))}</td>',
         f'<td class="wrap">{error_html}</td>',
-        f"<td>{_worker_action(w)}</td>",
     ]
     attrs = _attrs({"data-worker-id": w["worker_id"], "data-state": state})
     return f"<tr{attrs}>{''.join(cells)}</tr>"
 
 
 def _workers_table(workers: Sequence[Mapping[str, Any]]) -> str:
-    head = ["Worker", "State", "Host", "Kind", ("Heartbeat", "num"), ("In flight", "num"),
-            "Models", "Device", "OS", "Version", ("DB write failures", "num"),
-            "Drain requested", "Last error", "Action"]
+    head = ["Worker", "State", "Action", "Host", "Kind", ("Heartbeat", "num"),
+            ("In flight", "num"), "Models", "Device", "OS", "Version",
+            ("DB write failures", "num"), "Drain requested", "Last error"]
     return _table("workers", head, (_worker_row(w) for w in workers), "no workers registered")
 
 
@@ -449,21 +450,21 @@ def _task_row(t: Mapping[str, Any]) -> str:
         f'<td class="id"><a href="{_e(_task_url(t["id"]))}">{_e(_short(t["id"]))}</a></td>',
         f'<td>{_v(t.get("task_type"))}</td>',
         f"<td{status_cls}>{status_html}</td>",
+        f"<td>{_task_action(t)}</td>",
         f"<td>{worker}</td>",
         f"<td>{model}</td>",
         f'<td class="num">{_e(t.get("attempts", ""))}/{_e(t.get("max_attempts", ""))}</td>',
         f'<td>{_v(t.get("queue"))}</td>',
         f'<td>{_time(t.get("created_at"))}</td>',
         f'<td>{_time(t.get("finished_at"))}</td>',
-        f"<td>{_task_action(t)}</td>",
     ]
     attrs = _attrs({"data-task-id": t["id"], "data-status": status})
     return f"<tr{attrs}>{''.join(cells)}</tr>"
 
 
 def _tasks_table(tasks: Sequence[Mapping[str, Any]]) -> str:
-    head = ["Task", "Type", "Status", "Worker", "Model", ("Attempts", "num"), "Queue",
-            "Created", "Finished", "Action"]
+    head = ["Task", "Type", "Status", "Action", "Worker", "Model", ("Attempts", "num"),
+            "Queue", "Created", "Finished"]
     return _table("tasks", head, (_task_row(t) for t in tasks), "no tasks match")
 
 

@@ -64,6 +64,11 @@ def is_ui_path(path: str) -> bool:
     return path == "/" or path == PREFIX or path.startswith(PREFIX + "/")
 
 
+def same(given: str, expected: str) -> bool:
+    """A constant-time comparison of what a client sent (any text) with a secret."""
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
 def _b64(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
@@ -91,7 +96,7 @@ class Sessions:
         if not cookie or cookie.count(".") != 2:
             return None
         issued, name, mac = cookie.split(".")
-        if not hmac.compare_digest(mac, self._mac("session", f"{issued}.{name}")):
+        if not same(mac, self._mac("session", f"{issued}.{name}")) or not issued.isdigit():
             return None
         age = (now if now is not None else time.time()) - int(issued)
         if not 0 <= age <= SESSION_SECONDS:
@@ -102,7 +107,7 @@ class Sessions:
         return self._mac("csrf", cookie)
 
     def token_ok(self, given: str) -> bool:
-        return self.token is None or hmac.compare_digest(given.encode(), self.token.encode())
+        return self.token is None or same(given, self.token)
 
 
 def actor(name: str) -> str:
@@ -214,8 +219,7 @@ def add_status_pages(app: FastAPI, cfg: Config, coordinator: Coordinator) -> Non
     async def logout(request: Request) -> Response:
         session = session_of(request)
         form = await read_form(request)
-        if session is not None and hmac.compare_digest(form.get("csrf", ""),
-                                                       sessions.csrf(session[1])):
+        if session is not None and same(form.get("csrf", ""), sessions.csrf(session[1])):
             response = RedirectResponse(f"{PREFIX}/login", 303, headers=HEADERS)
             response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
             return response
@@ -279,7 +283,7 @@ def add_status_pages(app: FastAPI, cfg: Config, coordinator: Coordinator) -> Non
         if why is not None:
             return refused(403, f"not done: {why}")
         form = await read_form(request)
-        if not hmac.compare_digest(form.get("csrf", ""), sessions.csrf(session[1])):
+        if not same(form.get("csrf", ""), sessions.csrf(session[1])):
             return refused(403, "not done: the form is stale or not from this page; reload "
                                 "the page and try again")
         name, target = form.get("action", ""), form.get("target", "")

@@ -155,3 +155,15 @@ def test_sessions_are_signed_expire_and_end_with_the_token() -> None:
     assert Sessions("another-token").name(cookie, now=1_000_010) is None
     assert sessions.csrf(cookie) != Sessions("another-token").csrf(cookie)
     assert clean_name(" eve\n\x00" + "x" * 100) == ("eve" + "x" * 100)[:60]
+
+
+def test_non_ascii_cookies_and_forms_are_refused_not_errors(page_server: ServerThread) -> None:
+    with browser(page_server) as client:
+        odd = client.get("/ui", headers={"Cookie": "coordinator_session=1.2.é".encode()})
+        assert odd.status_code == 303 and odd.headers["location"].startswith("/ui/login")
+        log_in(client)
+        for path in ("/ui/action", "/ui/logout"):
+            answer = client.post(path, data={"action": "drain", "target": "w1", "csrf": "é"})
+            assert answer.status_code == 403, (path, answer.text)
+        wrong = client.post("/ui/login", data={"token": "é", "next": "/ui"})
+        assert wrong.status_code == 401
