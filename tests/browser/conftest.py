@@ -34,6 +34,9 @@ FLAGS = (
     "--disable-background-networking", "--disable-quic", "--no-first-run",
     "--disable-component-update", "--disable-sync", "--disable-extensions",
     "--disable-default-apps", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+    # Every name but loopback fails to resolve: a page that loaded anything from elsewhere
+    # would show it broken, and the browser reaches nothing but the Coordinator under test.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
 
 
