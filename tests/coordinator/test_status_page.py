@@ -167,3 +167,24 @@ def test_non_ascii_cookies_and_forms_are_refused_not_errors(page_server: ServerT
             assert answer.status_code == 403, (path, answer.text)
         wrong = client.post("/ui/login", data={"token": "é", "next": "/ui"})
         assert wrong.status_code == 401
+
+
+def test_the_page_shows_the_same_after_a_coordinator_restart(start_server, backends: Backends,
+                                                             make_worker) -> None:
+    first = start_server(COORDINATOR_TOKEN=TOKEN)
+    make_worker(first, "w1", device="cpu", token=TOKEN).start()
+    with first.client(TOKEN) as api:
+        task_id = api.post("/route", json={"prompt": "p", "task_type": "generate"}).json()[
+            "task_id"]
+        assert api.post("/workers/w1/drain").status_code == 200
+    with browser(first) as client:
+        log_in(client)
+        before = client.get("/ui")
+    first.stop()
+    second = start_server(COORDINATOR_TOKEN=TOKEN)
+    with browser(second) as client:
+        log_in(client)
+        after = client.get("/ui")
+    for page in (before, after):
+        assert f'data-task-id="{task_id}" data-status="queued"' in page.text
+        assert 'data-worker-id="w1" data-state="draining"' in page.text
