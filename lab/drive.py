@@ -224,10 +224,14 @@ class Coordinator:
     def search(self, timeout: float = 120) -> dict:
         return self.finished(self.route(), time.monotonic() + timeout)
 
-    def alive_web_workers(self) -> list[dict]:
+    def workers(self) -> dict[str, dict]:
+        """GET /workers by worker id."""
         answer = requests.get(f"{self.url}/workers", headers=self.headers, timeout=10)
         answer.raise_for_status()
-        return [w for w in answer.json()["workers"] if w["kind"] == "web" and w["alive"]]
+        return {w["worker_id"]: w for w in answer.json()["workers"]}
+
+    def alive_web_workers(self) -> list[dict]:
+        return [w for w in self.workers().values() if w["kind"] == "web" and w["alive"]]
 
 
 @dataclass

@@ -17,6 +17,7 @@ lab-worker-slow; each test edits a copy of the lab inventory the way a user edit
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -99,6 +100,9 @@ def test_move_with_tasks_routed_throughout(cluster) -> None:
     assert outcome.routed >= 5 and outcome.refused == 0
     cluster.assert_settled(outcome, NEW)
     assert new_address in outcome.hosts()
+    # The old worker was drained before its stop: it stopped holding nothing.
+    old = cluster.coordinator.workers()[f"web-worker-{OLD}"]
+    assert (old["state"], old["drain_requested_at"] is not None) == ("stopped", True)
     assert cluster.nodes[OLD].unit("is-enabled") != "enabled"
     unit_file = "/etc/systemd/system/web-worker.service"
     assert cluster.nodes[OLD].sh("test", "-e", unit_file).returncode != 0
@@ -116,3 +120,36 @@ def test_rerun_and_site_change_nothing(cluster) -> None:
     assert site.changed() == {DB_HOST: 0, OLD: 0, NEW: 0}
     task = cluster.coordinator.search()
     assert (task["status"], task["worker_host"]) == ("done", cluster.nodes[NEW].address)
+
+
+def test_drain_playbook_sends_a_hosts_tasks_elsewhere_until_undrained(cluster) -> None:
+    inventory, address = cluster.inventory(NEW), cluster.nodes[NEW].address
+
+    def on_the_host() -> dict[str, str]:
+        return {w["worker_id"]: w["state"] for w in cluster.coordinator.workers().values()
+                if w["host"] == address and w["alive"]}
+
+    before = on_the_host()
+    assert "inference" in {w["kind"] for w in cluster.coordinator.workers().values()
+                           if w["worker_id"] in before}
+    drained = cluster.playbooks.run("drain.yml", inventory, "-e", f"drain_hosts={NEW}")
+    assert drained.returncode == 0, drained.output[-6000:]
+    # Every worker of the host finished what it held and takes nothing.
+    assert on_the_host() == dict.fromkeys(before, "drained")
+    chats = [cluster.coordinator.route("こんにちは", "chat") for _ in range(4)]
+    served = {cluster.coordinator.finished(t, time.monotonic() + 120)["worker_host"]
+              for t in chats}
+    assert served == {cluster.nodes[DB_HOST].address}
+    again = cluster.playbooks.run("drain.yml", inventory, "-e", f"drain_hosts={NEW}")
+    assert again.returncode == 0 and set(again.changed().values()) == {0}, again.output[-3000:]
+    back = cluster.playbooks.run("drain.yml", inventory, "-e", f"drain_hosts={NEW}",
+                                 "-e", "drain_state=undrained")
+    assert back.returncode == 0, back.output[-6000:]
+    assert on_the_host() == dict.fromkeys(before, "alive")
+    served = {cluster.coordinator.finished(t, time.monotonic() + 120)["worker_host"]
+              for t in [cluster.coordinator.route("こんにちは", "chat") for _ in range(4)]}
+    assert address in served
+    missing = cluster.playbooks.run("drain.yml", inventory)
+    assert missing.returncode != 0
+    assert ("set drain_hosts to the hosts whose workers to drain, e.g. -e "
+            "drain_hosts=macbookair") in missing.unfolded()
