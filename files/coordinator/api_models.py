@@ -313,6 +313,7 @@ class HealthAnswer(BaseModel):
 _WHY = {
     400: "the body is missing or not JSON",
     401: "missing or wrong bearer token",
+    403: "the metrics token was sent: it reads GET /metrics only",
     404: "no such task or worker",
     409: "the named worker cannot take it (not an inference worker, or not that model), or "
          "the Idempotency-Key was used for another action",
@@ -320,23 +321,23 @@ _WHY = {
     422: "a field is wrong",
     503: "PostgreSQL or Redis did not answer; retry (Retry-After)",
 }
-_POST = (400, 401, 413, 422, 503)
+_POST = (400, 401, 403, 413, 422, 503)
 #: (method, path) -> the error statuses it can answer.
 ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/route"): (*_POST, 404, 409),
-    ("get", "/task/{task_id}"): (401, 404, 422, 503),
+    ("get", "/task/{task_id}"): (401, 403, 404, 422, 503),
     ("post", "/workers/register"): _POST,
     ("post", "/workers/{worker_id}/heartbeat"): (*_POST, 404),
     ("post", "/workers/{worker_id}/deregister"): (*_POST, 404),
-    ("get", "/workers"): (401, 503),
-    ("get", "/tasks"): (401, 422, 503),
-    ("post", "/workers/{worker_id}/drain"): (401, 404, 409, 422, 503),
-    ("post", "/workers/{worker_id}/undrain"): (401, 404, 409, 422, 503),
-    ("post", "/task/{task_id}/retry"): (401, 404, 409, 422, 503),
-    ("post", "/task/{task_id}/cancel"): (401, 404, 409, 422, 503),
-    ("get", "/queues"): (401, 503),
+    ("get", "/workers"): (401, 403, 503),
+    ("get", "/tasks"): (401, 403, 422, 503),
+    ("post", "/workers/{worker_id}/drain"): (401, 403, 404, 409, 422, 503),
+    ("post", "/workers/{worker_id}/undrain"): (401, 403, 404, 409, 422, 503),
+    ("post", "/task/{task_id}/retry"): (401, 403, 404, 409, 422, 503),
+    ("post", "/task/{task_id}/cancel"): (401, 403, 404, 409, 422, 503),
+    ("get", "/queues"): (401, 403, 503),
     ("get", "/health"): (503,),
-    ("get", "/metrics"): (),
+    ("get", "/metrics"): (401,),
 }
 
 

@@ -55,7 +55,14 @@ from .ui import add_status_pages, is_ui_path
 
 log = logging.getLogger("coordinator.api")
 
-OPEN_PATHS = frozenset(("/health", "/metrics"))
+METRICS_PATH = "/metrics"
+
+
+def open_paths(cfg: Config) -> frozenset[str]:
+    """The paths anyone may read when the Coordinator has a token."""
+    return frozenset(("/health", *((METRICS_PATH,) if cfg.metrics_open else ())))
+
+
 #: The optional header that makes an action safe to repeat (audit.perform).
 IdempotencyKey = Annotated[str | None, Header(
     alias="Idempotency-Key", max_length=200, pattern=NO_NUL,
@@ -148,6 +155,9 @@ class Front:
         self.cfg = cfg
         self.coordinator = coordinator
         self.expected = (f"Bearer {cfg.token}".encode() if cfg.token else None)
+        self.metrics_key = (f"Bearer {cfg.metrics_token}".encode() if cfg.metrics_token
+                            else None)
+        self.open_paths = open_paths(cfg)
         # A method no endpoint takes (TRACE, PUT, ...) gets its 405 before the token check.
         self.methods = frozenset(method for route in api.routes
                                  for method in getattr(route, "methods", ()))
@@ -157,20 +167,18 @@ class Front:
             await self.api(scope, receive, send)
             return
         path = scope["path"]
-        if (self.expected is not None and path not in OPEN_PATHS and not is_ui_path(path)
-                and scope["method"] in self.methods):
+        if (self.expected is not None and path not in self.open_paths
+                and not is_ui_path(path) and scope["method"] in self.methods):
             given = b""
             for key, value in scope["headers"]:
                 if key == b"authorization":
                     given = value
                     break
             if not hmac.compare_digest(given, self.expected):
-                why = "missing" if not given else "wrong"
-                await error_response(
-                    401, f"{why} bearer token: send 'Authorization: Bearer <token>' with the "
-                         "token the coordinator was given in COORDINATOR_TOKEN",
-                    {"WWW-Authenticate": "Bearer"})(scope, receive, send)
-                return
+                refused = self.refusal(given, scope["method"], path)
+                if refused is not None:
+                    await refused(scope, receive, send)
+                    return
         is_route = path == "/route" and scope["method"] == "POST"
         if not is_route:
             length = content_length_or_none(scope)
@@ -199,6 +207,21 @@ class Front:
             if not started:
                 message = unavailable(exc, self.cfg, f"{scope['method']} {path}")
                 await error_response(503, message, {"Retry-After": "2"})(scope, receive, send)
+
+    def refusal(self, given: bytes, method: str, path: str) -> Response | None:
+        """The answer to a request without the operator's token: None when the metrics
+        token asks for /metrics, 403 when it asks for anything else, else 401."""
+        if self.metrics_key is not None and hmac.compare_digest(given, self.metrics_key):
+            if path == METRICS_PATH:
+                return None
+            return error_response(403, f"the metrics token reads GET {METRICS_PATH} only: "
+                                       f"{method} {path} needs the operator's token "
+                                       "(COORDINATOR_TOKEN)")
+        why = "missing" if not given else "wrong"
+        return error_response(
+            401, f"{why} bearer token: send 'Authorization: Bearer <token>' with the token "
+                 "the coordinator was given in COORDINATOR_TOKEN",
+            {"WWW-Authenticate": "Bearer"})
 
     async def route(self, scope: dict, receive: Any, send: Any) -> None:
         answered = await answer_route(self.coordinator, scope, receive)
@@ -291,22 +314,33 @@ def parse_task_id(task_id: str) -> uuid.UUID:
                                 "that POST /route returned") from None
 
 
-def openapi_schema(app: FastAPI, protected: bool) -> dict[str, Any]:
+def openapi_schema(app: FastAPI, cfg: Config) -> dict[str, Any]:
     """FastAPI's schema, with the bearer scheme on every path but the open ones when the
     Coordinator has a token (and no 401 anywhere when it has none)."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version,
                              description=app.description, routes=app.routes)
+        protected = cfg.token is not None
         if protected:
             schema.setdefault("components", {})["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer",
-                           "description": "the token given in COORDINATOR_TOKEN"}}
+                           "description": "the token given in COORDINATOR_TOKEN (for GET "
+                                          "/metrics, COORDINATOR_METRICS_TOKEN too)"}}
+        anyone = open_paths(cfg)
         for path, operations in schema["paths"].items():
             for operation in operations.values():
-                if not protected:
+                if not protected or path in anyone:
                     operation["responses"].pop("401", None)
-                elif path not in OPEN_PATHS:
+                    operation["responses"].pop("403", None)
+                else:
                     operation["security"] = [{"bearer": []}]
+                    if cfg.metrics_token is None or path == METRICS_PATH:
+                        operation["responses"].pop("403", None)
+                for status, response in operation["responses"].items():
+                    # An error is JSON even where the success is not (/metrics' text).
+                    content = response.get("content", {})
+                    if status[0] in "45" and "text/plain" in content:
+                        content["application/json"] = content.pop("text/plain")
         app.openapi_schema = schema
     return app.openapi_schema
 
@@ -513,5 +547,5 @@ def create_app(cfg: Config) -> Front:
         return Response(await coordinator.stats.render_metrics(), media_type=CONTENT_TYPE)
 
     add_status_pages(app, cfg, coordinator)
-    app.openapi = lambda: openapi_schema(app, protected=cfg.token is not None)
+    app.openapi = lambda: openapi_schema(app, cfg)
     return Front(app, cfg, coordinator)

@@ -31,6 +31,10 @@ class Config:
     bind: str = "127.0.0.1"
     port: int = 8000
     token: str | None = None
+    # A read-only token accepted for GET /metrics only (a Prometheus scrape), and whether
+    # /metrics is open to anyone instead (it is, too, when the Coordinator has no token).
+    metrics_token: str | None = None
+    metrics_open: bool = False
     heartbeat_ttl: float = 15.0
     web_task_deadline: float = 60.0
     max_attempts: int = 3
@@ -124,6 +128,13 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _token(env: Mapping[str, str], name: str) -> str | None:
+    token = env.get(name) or None
+    if token is not None and (token != token.strip() or any(c.isspace() for c in token)):
+        raise ConfigError(f"{name} contains whitespace: use a token without spaces or newlines")
+    return token
+
+
 def load_config(env: Mapping[str, str]) -> Config:
     """Build the configuration from ``env`` (usually ``os.environ``)."""
     dsn = env.get("PG_DSN", "").strip()
@@ -142,10 +153,18 @@ def load_config(env: Mapping[str, str]) -> Config:
             "REDIS_HOST is not set: set it to the Redis server's host name or address"
         )
     bind = env.get("COORDINATOR_BIND", "").strip() or DEFAULT.bind
-    token = env.get("COORDINATOR_TOKEN") or None
-    if token is not None and (token != token.strip() or any(c.isspace() for c in token)):
+    token = _token(env, "COORDINATOR_TOKEN")
+    metrics_token = _token(env, "COORDINATOR_METRICS_TOKEN")
+    if metrics_token is not None and metrics_token == token:
         raise ConfigError(
-            "COORDINATOR_TOKEN contains whitespace: use a token without spaces or newlines"
+            "COORDINATOR_METRICS_TOKEN equals COORDINATOR_TOKEN: give the scrape a token of "
+            "its own (it is accepted for GET /metrics only), or unset it"
+        )
+    metrics_open = (env.get("COORDINATOR_METRICS_OPEN") or "false").strip().lower()
+    if metrics_open not in ("true", "false"):
+        raise ConfigError(
+            f"COORDINATOR_METRICS_OPEN={env.get('COORDINATOR_METRICS_OPEN')!r} is not true or "
+            "false: true lets anyone read /metrics, false (the default) asks for a token"
         )
     log_level = (env.get("COORDINATOR_LOG_LEVEL") or DEFAULT.log_level).strip().upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") or \
@@ -165,6 +184,8 @@ def load_config(env: Mapping[str, str]) -> Config:
         bind=bind,
         port=_port(env, "COORDINATOR_PORT", d.port),
         token=token,
+        metrics_token=metrics_token,
+        metrics_open=metrics_open == "true",
         heartbeat_ttl=ttl,
         web_task_deadline=_number(env, "COORDINATOR_WEB_TASK_DEADLINE", d.web_task_deadline,
                                   integer=False, minimum=0, unit="seconds"),

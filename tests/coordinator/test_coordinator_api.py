@@ -355,6 +355,11 @@ PROTECTED = [
     ("POST", "/workers/w/deregister", {"instance_id": str(uuid.uuid4())}),
     ("GET", "/workers", None),
     ("GET", "/queues", None),
+    ("GET", "/tasks", None),
+    ("POST", "/workers/w/drain", None),
+    ("POST", "/workers/w/undrain", None),
+    ("POST", f"/task/{uuid.uuid4()}/retry", None),
+    ("POST", f"/task/{uuid.uuid4()}/cancel", None),
     ("GET", "/openapi.json", None),
     ("GET", "/docs", None),
 ]
@@ -371,7 +376,8 @@ def test_auth(start_server, backends: Backends) -> None:
                 assert "bearer token" in resp.json()["error"]
                 assert resp.headers["www-authenticate"] == "Bearer"
         assert anon.get("/health").status_code == 200
-        assert anon.get("/metrics").status_code == 200
+        # /metrics is open only when COORDINATOR_METRICS_OPEN says so.
+        assert anon.get("/metrics").status_code == 401
         # A method no endpoint takes is a 405 whatever the token: nothing to authorise.
         for method in ("TRACE", "PUT"):
             resp = anon.request(method, "/workers")
@@ -382,6 +388,30 @@ def test_auth(start_server, backends: Backends) -> None:
     with server.client(token="s3cret-token") as client:
         for method, path, body in PROTECTED:
             assert client.request(method, path, json=body).status_code != 401, path
+
+
+def test_the_metrics_token_reads_metrics_only(start_server) -> None:
+    server = start_server(COORDINATOR_TOKEN="operator-token",
+                          COORDINATOR_METRICS_TOKEN="scrape-token")
+    with httpx.Client(base_url=server.url,
+                      headers={"Authorization": "Bearer scrape-token"}) as scrape:
+        metrics = scrape.get("/metrics")
+        assert metrics.status_code == 200 and "coordinator_tasks_routed_total" in metrics.text
+        for method, path, body in PROTECTED:
+            refused = scrape.request(method, path, json=body)
+            assert refused.status_code == 403, (method, path)
+            assert refused.json()["error"] == (
+                f"the metrics token reads GET /metrics only: {method} {path} needs the "
+                "operator's token (COORDINATOR_TOKEN)")
+    with server.client(token="operator-token") as operator:
+        assert operator.get("/metrics").status_code == 200
+    schema = httpx.get(f"{server.url}/openapi.json",
+                       headers={"Authorization": "Bearer operator-token"}).json()
+    assert set(schema["paths"]["/workers"]["get"]["responses"]) >= {"401", "403"}
+    assert "403" not in schema["paths"]["/metrics"]["get"]["responses"]
+    opened = start_server(COORDINATOR_TOKEN="operator-token", COORDINATOR_METRICS_OPEN="true")
+    assert httpx.get(f"{opened.url}/metrics").status_code == 200
+    assert httpx.get(f"{opened.url}/workers").status_code == 401
 
 
 # -- workers, queues, health, metrics ------------------------------------------------------

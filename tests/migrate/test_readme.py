@@ -63,6 +63,8 @@ def make_mine(cluster, web_host: str) -> None:
                        f"vault_redis_password: {secret('redis_password')}")
               .replace("vault_coordinator_token: CHANGE_ME",
                        f"vault_coordinator_token: {secret('coordinator_token')}")
+              .replace("vault_coordinator_metrics_token: CHANGE_ME",
+                       f"vault_coordinator_metrics_token: {secret('coordinator_metrics_token')}")
               .replace("# ansible_become_password: CHANGE_ME",
                        f"ansible_become_password: {lab.ADMIN_PASSWORD.read_text().split()[0]}"))
     assert not re.search(r":\s*CHANGE_ME\s*$", filled, re.M), filled
