@@ -7,9 +7,11 @@ failures instead (``status_cli``)."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import resource
+import socket
 import sys
 
 import uvicorn
@@ -54,15 +56,40 @@ def main() -> int:
     except StartupError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
+    try:
+        sockets = [listening_socket(address, cfg.port) for address in cfg.bind_addresses]
+    except OSError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 1
     logging.getLogger("coordinator").info(
-        "coordinator %s listening on %s:%s (open-file limit %d)", __version__, cfg.bind,
-        cfg.port, raise_open_file_limit())
-    uvicorn.run(
-        create_app(cfg), host=cfg.bind, port=cfg.port, loop="uvloop", http="httptools",
-        access_log=False, server_header=False, log_config=None, backlog=4096,
-        timeout_keep_alive=30, proxy_headers=False,
-    )
+        "coordinator %s listening on %s (open-file limit %d)", __version__,
+        ", ".join(f"{a}:{cfg.port}" if ":" not in a else f"[{a}]:{cfg.port}"
+                  for a in cfg.bind_addresses), raise_open_file_limit())
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(cfg), loop="uvloop", http="httptools", access_log=False,
+        server_header=False, log_config=None, backlog=4096, timeout_keep_alive=30,
+        proxy_headers=False,
+    ))
+    server.run(sockets=sockets)
     return 0
+
+
+def listening_socket(address: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``address``:``port``; OSError says which one failed and why."""
+    family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        # "::" next to "0.0.0.0" in the list: each family its own socket.
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {address} port {port} ({exc.strerror}): check "
+                      "COORDINATOR_BIND (an address of this host) and COORDINATOR_PORT (not "
+                      "in use)") from None
+    return sock
 
 
 if __name__ == "__main__":

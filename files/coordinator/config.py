@@ -7,6 +7,7 @@ prints it and exits with status 2.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 from collections.abc import Mapping
@@ -51,6 +52,12 @@ class Config:
         return self.heartbeat_ttl / 3
 
     @property
+    def bind_addresses(self) -> tuple[str, ...]:
+        """The addresses to listen on: ``bind`` is one, or several separated by commas
+        (a host's LAN address and loopback, rather than every interface)."""
+        return split_addresses(self.bind)
+
+    @property
     def max_body_bytes(self) -> int:
         """Largest POST /route body read: room for a maximal prompt written with JSON escapes."""
         return 6 * self.max_prompt_bytes + 64 * 1024
@@ -76,6 +83,10 @@ class Config:
 
 #: Every setting's default, for load_config and for the docs: the one place they live.
 DEFAULT = Config(pg_dsn="", redis_host="")
+
+
+def split_addresses(raw: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(a.strip() for a in raw.split(",") if a.strip()))
 
 
 def pg_address(dsn: str) -> str:
@@ -153,6 +164,14 @@ def load_config(env: Mapping[str, str]) -> Config:
             "REDIS_HOST is not set: set it to the Redis server's host name or address"
         )
     bind = env.get("COORDINATOR_BIND", "").strip() or DEFAULT.bind
+    for address in split_addresses(bind):
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise ConfigError(
+                f"COORDINATOR_BIND={bind!r}: {address!r} is not an IP address: use one or "
+                "more, separated by commas, e.g. 127.0.0.1,192.168.0.40"
+            ) from None
     token = _token(env, "COORDINATOR_TOKEN")
     metrics_token = _token(env, "COORDINATOR_METRICS_TOKEN")
     if metrics_token is not None and metrics_token == token:

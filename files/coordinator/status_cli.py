@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import DEFAULT
+from .config import DEFAULT, split_addresses
 from .pages import age, when
 
 PROG = "python -m coordinator status"
@@ -169,7 +169,9 @@ def format_status(url: str, answers: Mapping[str, Mapping[str, Any]]) -> str:
 def default_url(environ: Mapping[str, str]) -> str:
     """This host's Coordinator: as its environment binds it, else as ``config.DEFAULT`` does
     (a wildcard bind is reached on the loopback address)."""
-    bind = (environ.get("COORDINATOR_BIND") or "").strip() or DEFAULT.bind
+    addresses = split_addresses((environ.get("COORDINATOR_BIND") or "").strip() or DEFAULT.bind)
+    # A loopback address when the service listens on one, else the first.
+    bind = next((a for a in addresses if a.startswith("127.") or a == "::1"), addresses[0])
     if bind in WILDCARD_BINDS:
         bind = "127.0.0.1"
     if ":" in bind and not bind.startswith("["):

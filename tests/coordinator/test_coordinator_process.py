@@ -75,6 +75,31 @@ def test_python_m_coordinator_serves(backends: Backends, processes: list) -> Non
     assert "Traceback" not in stderr
 
 
+def test_it_listens_on_each_address_of_coordinator_bind(backends: Backends,
+                                                       processes: list) -> None:
+    port = free_port()
+    proc = coordinator_process(backends.env(COORDINATOR_PORT=str(port),
+                                            COORDINATOR_BIND="127.0.0.1,127.0.0.2"))
+    processes.append(proc)
+    for address in ("127.0.0.1", "127.0.0.2"):
+        wait_healthy(f"http://{address}:{port}", proc)
+    # Not on every interface: another loopback address gets no answer.
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.3:{port}/health", timeout=5)
+    stop(proc)
+
+
+def test_an_address_the_host_lacks_is_one_line(backends: Backends) -> None:
+    port = free_port()
+    code, stderr = run_failing(backends.env(COORDINATOR_PORT=str(port),
+                                            COORDINATOR_BIND="127.0.0.1,192.0.2.1"))
+    assert code == 1
+    assert stderr.splitlines()[-1] == (
+        f"coordinator: cannot listen on 192.0.2.1 port {port} (Cannot assign requested "
+        "address): check COORDINATOR_BIND (an address of this host) and COORDINATOR_PORT "
+        "(not in use)")
+
+
 def run_failing(env: dict[str, str]) -> tuple[int, str]:
     proc = coordinator_process(env)
     try:

@@ -372,3 +372,13 @@ def test_find_orphans() -> None:
     a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     found = find_orphans([(a, "tasks:web"), (b, "tasks:web"), (c, "tasks:rag")], {str(b)})
     assert found == {"tasks:web": [a], "tasks:rag": [c]}
+
+
+def test_bind_takes_several_addresses_and_names_a_wrong_one() -> None:
+    cfg = load_config(BASE | {"COORDINATOR_BIND": "127.0.0.1, 10.0.0.40,::1"})
+    assert cfg.bind_addresses == ("127.0.0.1", "10.0.0.40", "::1")
+    with pytest.raises(ConfigError) as err:
+        load_config(BASE | {"COORDINATOR_BIND": "127.0.0.1,lan"})
+    assert str(err.value) == ("COORDINATOR_BIND='127.0.0.1,lan': 'lan' is not an IP address: "
+                              "use one or more, separated by commas, e.g. "
+                              "127.0.0.1,192.168.0.40")
