@@ -259,11 +259,8 @@ class Tasks:
 
     async def route(self, req: RouteRequest) -> dict[str, Any]:
         started = time.perf_counter()
-        spec = ROUTES[req.task_type]
         requested = None
-        if spec.kind != "inference":
-            queue, worker = spec.queue, DEFAULT_WORKER
-        elif req.worker is not None:
+        if req.worker is not None and ROUTES[req.task_type].kind == "inference":
             known = self.registry.get(req.worker)
             if known is None or not known.alive():
                 # not seen here, or seen dead: it may have (re)registered at another instance
@@ -279,14 +276,8 @@ class Tasks:
                 raise RequestError(409, f"worker {req.worker!r} does not serve model "
                                         f"{req.model!r} (it serves: {serves}): pick another "
                                         "model or worker")
-            requested = worker = known.worker_id
-            queue = known.queue if known.takes() else None
-            if queue is not None:
-                self.registry.dispatched(queue)
-        else:
-            chosen = self.registry.pick(req.model)
-            queue, worker = (chosen.queue, chosen.worker_id) if chosen else (None,
-                                                                            DEFAULT_WORKER)
+            requested = known.worker_id
+        queue, worker = self.placement(req.task_type, req.model, requested)
         task_id = uuid.uuid4()
         pushed = await self.writer.submit(Row(
             task_id, req.task_type, req.prompt, req.model, queue, worker,
@@ -308,13 +299,16 @@ class Tasks:
                   ) -> tuple[str | None, str]:
         """(queue, worker) for a task to be dispatched now: its shared queue, the requested
         worker's queue while it takes tasks, or the least loaded worker serving the model;
-        queue None when it must wait for one."""
+        queue None when it must wait for one. A dispatch is counted in the registry's load."""
         spec = ROUTES[task_type]
         if spec.kind != "inference":
             return spec.queue, DEFAULT_WORKER
         if requested is not None:
             known = self.registry.get(requested)
-            return (known.queue if known is not None and known.takes() else None), requested
+            if known is None or not known.takes() or known.queue is None:
+                return None, requested
+            self.registry.dispatched(known.queue)
+            return known.queue, requested
         chosen = self.registry.pick(model)
         return (chosen.queue, chosen.worker_id) if chosen else (None, DEFAULT_WORKER)
 
