@@ -114,6 +114,8 @@ class TaskView(BaseModel):
     attempts: int
     max_attempts: int
     model: str | None
+    answered_model: str | None = Field(description="the model whose answer is the result, "
+                                       "as the worker asked Ollama for it")
     queue: str | None
     waiting: bool = Field(description="queued with no worker to go to yet (see note)")
     created_at: str

@@ -18,8 +18,8 @@ from .schema import WORKER_ALIVE
 #: The columns GET /task shows (tasks.task_json).
 PUBLIC_COLUMNS = (
     "id, task_type, status, result, fallback, worker, worker_id, worker_host, error,"
-    " attempts, max_attempts, model, queue, requested_worker, created_at, started_at,"
-    " finished_at"
+    " attempts, max_attempts, model, answered_model, queue, requested_worker, created_at,"
+    " started_at, finished_at"
 )
 #: Tasks by id; concurrent reads share one (TaskReader).
 SELECT_TASKS = f"SELECT {PUBLIC_COLUMNS} FROM tasks WHERE id = ANY(%s)"
@@ -48,7 +48,7 @@ OLDEST_WAITING = (
     "SELECT queue, extract(epoch FROM clock_timestamp() - min(created_at))::float8"
     " FROM tasks WHERE status = 'queued' AND queue IS NOT NULL GROUP BY queue"
 )
-TASK_IN_FULL = (f"SELECT {PUBLIC_COLUMNS}, prompt, answered_model FROM tasks"
+TASK_IN_FULL = (f"SELECT {PUBLIC_COLUMNS}, prompt FROM tasks"
                 " WHERE id = %(id)s")
 TIMELINE = ("SELECT at, event, status, worker_id, queue, reason FROM task_transitions"
             " WHERE task_id = %(id)s ORDER BY id")

@@ -63,6 +63,7 @@ def task_json(row: dict[str, Any]) -> dict[str, Any]:
         "attempts": row["attempts"],
         "max_attempts": row["max_attempts"],
         "model": row["model"],
+        "answered_model": row["answered_model"],
         "queue": row["queue"],
         "waiting": waiting,
         "created_at": q.iso(row["created_at"]),

@@ -146,7 +146,7 @@ def test_get_task_fields_and_errors(client: httpx.Client) -> None:
     task = client.get(f"/task/{task_id}").json()
     for field in ("task_id", "task_type", "status", "result", "fallback", "worker",
                   "worker_id", "worker_host", "error", "attempts", "created_at", "started_at",
-                  "finished_at", "model", "queue"):
+                  "finished_at", "model", "answered_model", "queue"):
         assert field in task
     resp = client.get("/task/not-a-uuid")
     assert resp.status_code == 422 and "not a UUID" in resp.json()["error"]

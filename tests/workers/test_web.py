@@ -54,6 +54,8 @@ def test_japanese_query_end_to_end(web_env, start_worker, coordinator, tasks, rd
     assert row["worker_host"] == "worker-host-a"
     assert row["fallback"] is False
     assert row["answered_model"] == web_env["OLLAMA_MODEL"]
+    shown = requests.get(f"{coordinator.url}/task/{task_id}", timeout=10).json()
+    assert shown["answered_model"] == web_env["OLLAMA_MODEL"]
     assert row["attempts"] == 1
     assert row["error"] is None
     # The stand-in's "summary" quotes the start of the prompt it was given.
