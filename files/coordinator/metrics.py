@@ -49,6 +49,10 @@ class Metrics:
         self.workers_alive = Gauge(
             "coordinator_workers_alive", "Workers with a fresh heartbeat, by kind", ["kind"],
             registry=r)
+        self.workers_drained = Gauge(
+            "coordinator_workers_drained",
+            "Alive workers an operator drained (given no new task), by kind", ["kind"],
+            registry=r)
         self.workers_duplicate = Gauge(
             "coordinator_workers_duplicate",
             "Worker ids with two live processes (flagged by the Reaper)", registry=r)
@@ -114,9 +118,11 @@ class Metrics:
             self.queue_depth.labels(queue).set(value)
             self.queue_in_flight.labels(queue).set(in_flight.get(queue, 0))
 
-    def set_workers(self, alive_by_kind: Mapping[str, int], duplicates: int) -> None:
+    def set_workers(self, alive_by_kind: Mapping[str, int], drained_by_kind: Mapping[str, int],
+                    duplicates: int) -> None:
         for kind in WORKER_KINDS:
             self.workers_alive.labels(kind).set(alive_by_kind.get(kind, 0))
+            self.workers_drained.labels(kind).set(drained_by_kind.get(kind, 0))
         self.workers_duplicate.set(duplicates)
 
     def observe_event(self, task_type: str, status: str, dispatch: float | None,

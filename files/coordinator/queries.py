@@ -214,8 +214,9 @@ LIST_WORKERS = (
 #: The queues of alive workers. With the queues holding unfinished tasks, these are the ones
 #: /queues and the queue metrics list: a worker gone for good drops out of both.
 WORKER_QUEUES = f"SELECT DISTINCT unnest(queues) FROM workers WHERE {WORKER_ALIVE}"
-#: Per kind: alive workers, duplicated ones.
+#: Per kind: alive workers, alive drained ones, duplicated ones.
 WORKERS_BY_KIND = (f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
+                   f" count(*) FILTER (WHERE {WORKER_ALIVE} AND drain_requested_at IS NOT NULL),"
                    " count(*) FILTER (WHERE duplicate) FROM workers GROUP BY kind")
 
 

@@ -125,7 +125,9 @@ class Stats:
                 self._stats = _Cache(now, (counts, running, waiting, kinds, names))
             counts, running, waiting, kinds, names = self._stats.value
             m.set_task_counts(counts, waiting)
-            m.set_workers({k: alive for k, alive, _ in kinds}, sum(d for _, _, d in kinds))
+            m.set_workers({k: alive for k, alive, _, _ in kinds},
+                          {k: drained for k, _, drained, _ in kinds},
+                          sum(d for _, _, _, d in kinds))
             m.backend_up.labels("postgresql").set(1)
         except Exception as exc:
             m.backend_up.labels("postgresql").set(0)

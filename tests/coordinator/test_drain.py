@@ -48,6 +48,9 @@ def test_a_drained_worker_gets_nothing_new_while_another_serves(
     # The Reaper does not count a drained worker as dead.
     server.reap()
     assert backends.sql("SELECT dead FROM workers WHERE worker_id = 'w1'") == [(False,)]
+    wait_for(lambda: 'coordinator_workers_drained{kind="inference"} 1.0'
+             in client.get("/metrics").text, 10, what="the drained worker in /metrics")
+    assert 'coordinator_workers_alive{kind="inference"} 2.0' in client.get("/metrics").text
 
 
 def test_a_drained_worker_finishes_what_it_holds_and_its_waiting_tasks_move(
