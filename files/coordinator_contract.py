@@ -15,6 +15,8 @@ to this file).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Iterable
 
 # -- routing ---------------------------------------------------------------------------------
@@ -52,6 +54,33 @@ def inference_queue(device: str, worker_id: str) -> str:
 def processing_list(worker_id: str) -> str:
     """The Redis list holding the ids a worker took and has not finished."""
     return f"processing:{worker_id}"
+
+
+# -- worker tokens -----------------------------------------------------------------------------
+
+WORKER_TOKEN_PREFIX = "worker."
+
+
+def worker_token(key: str, worker_id: str) -> str:
+    """The API token of one worker id: ``worker.<id>.<HMAC-SHA256(key, id)>``.
+
+    The Coordinator holds ``key`` (COORDINATOR_WORKER_TOKEN_KEY) and checks a token by
+    deriving it again, so it needs no list of tokens and a new worker needs no change on the
+    Coordinator; Ansible derives each worker's token from the same key and writes it only to
+    that worker's host. A token names its worker, and is accepted only for that worker's
+    registration, heartbeats and goodbye; without the key, one worker's token says nothing
+    about another's."""
+    mac = hmac.new(key.encode(), f"worker-token:{worker_id}".encode(), hashlib.sha256)
+    return f"{WORKER_TOKEN_PREFIX}{worker_id}.{mac.hexdigest()}"
+
+
+def token_worker(key: str, token: str) -> str | None:
+    """The worker id a token was made for with ``key``, or None for any other text."""
+    if not token.startswith(WORKER_TOKEN_PREFIX) or token.count(".") < 2:
+        return None
+    worker_id = token[len(WORKER_TOKEN_PREFIX):token.rindex(".")]
+    expected = worker_token(key, worker_id)
+    return worker_id if hmac.compare_digest(token.encode(), expected.encode()) else None
 
 
 # -- the worker side of the guarded state machine (docs/design.md) -----------------------------

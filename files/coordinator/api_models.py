@@ -315,7 +315,8 @@ class HealthAnswer(BaseModel):
 _WHY = {
     400: "the body is missing or not JSON",
     401: "missing or wrong bearer token",
-    403: "the metrics token was sent: it reads GET /metrics only",
+    403: "a token for other requests: the metrics token reads GET /metrics only, a worker's "
+         "token serves its own registration, heartbeats and goodbye only",
     404: "no such task or worker",
     409: "the named worker cannot take it (not an inference worker, or not that model), or "
          "the Idempotency-Key was used for another action",

@@ -15,7 +15,7 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from coordinator_contract import TASK_TYPES
+from coordinator_contract import TASK_TYPES, WORKER_TOKEN_PREFIX, token_worker
 from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -175,7 +175,7 @@ class Front:
                     given = value
                     break
             if not hmac.compare_digest(given, self.expected):
-                refused = self.refusal(given, scope["method"], path)
+                refused = self.refusal(given, scope["method"], path, scope)
                 if refused is not None:
                     await refused(scope, receive, send)
                     return
@@ -208,9 +208,20 @@ class Front:
                 message = unavailable(exc, self.cfg, f"{scope['method']} {path}")
                 await error_response(503, message, {"Retry-After": "2"})(scope, receive, send)
 
-    def refusal(self, given: bytes, method: str, path: str) -> Response | None:
+    def refusal(self, given: bytes, method: str, path: str, scope: dict) -> Response | None:
         """The answer to a request without the operator's token: None when the metrics
-        token asks for /metrics, 403 when it asks for anything else, else 401."""
+        token asks for /metrics or a worker's token for its own registration, heartbeat or
+        goodbye (its id then in ``scope["state"]["worker"]``); 403 when either asks for
+        anything else; else 401."""
+        worker = self.worker_of(given)
+        if worker is not None:
+            if worker_may(method, path, worker):
+                scope.setdefault("state", {})["worker"] = worker
+                return None
+            return error_response(403, f"the token of worker {worker!r} may register, "
+                                       f"heartbeat and say goodbye as {worker!r} only: "
+                                       f"{method} {path} "
+                                       "needs the operator's token (COORDINATOR_TOKEN)")
         if self.metrics_key is not None and hmac.compare_digest(given, self.metrics_key):
             if path == METRICS_PATH:
                 return None
@@ -222,6 +233,13 @@ class Front:
             401, f"{why} bearer token: send 'Authorization: Bearer <token>' with the token "
                  "the coordinator was given in COORDINATOR_TOKEN",
             {"WWW-Authenticate": "Bearer"})
+
+    def worker_of(self, given: bytes) -> str | None:
+        """The worker id of a worker token (``Bearer worker.<id>.<mac>``), else None."""
+        key = self.cfg.worker_token_key
+        if key is None or not given.startswith(b"Bearer " + WORKER_TOKEN_PREFIX.encode()):
+            return None
+        return token_worker(key, given[len(b"Bearer "):].decode("utf-8", "replace"))
 
     async def route(self, scope: dict, receive: Any, send: Any) -> None:
         answered = await answer_route(self.coordinator, scope, receive)
@@ -306,6 +324,15 @@ async def discard_body(receive: Any, limit: int = DISCARD_LIMIT) -> None:
             return
 
 
+def worker_may(method: str, path: str, worker: str) -> bool:
+    """Whether a worker's token may make this request: its registration (the body's id is
+    checked by the handler), its heartbeats and its goodbye."""
+    if method != "POST":
+        return False
+    return path == "/workers/register" or path in (f"/workers/{worker}/heartbeat",
+                                                   f"/workers/{worker}/deregister")
+
+
 def parse_task_id(task_id: str) -> uuid.UUID:
     try:
         return uuid.UUID(task_id)
@@ -334,7 +361,10 @@ def openapi_schema(app: FastAPI, cfg: Config) -> dict[str, Any]:
                     operation["responses"].pop("403", None)
                 else:
                     operation["security"] = [{"bearer": []}]
-                    if cfg.metrics_token is None or path == METRICS_PATH:
+                    # 403: a worker's token anywhere but its own calls, the metrics token
+                    # anywhere but /metrics.
+                    if not (cfg.worker_token_key
+                            or (cfg.metrics_token and path != METRICS_PATH)):
                         operation["responses"].pop("403", None)
                 for status, response in operation["responses"].items():
                     # An error is JSON even where the success is not (/metrics' text).
@@ -455,7 +485,11 @@ def create_app(cfg: Config) -> Front:
                                  "parameters": {"worker_id": "$request.body#/worker_id"}}
                           for name, operation in (("Drain", "drain"), ("Undrain", "undrain"))}},
                 summary="A worker announces itself")
-    async def register(body: RegisterBody) -> Response:
+    async def register(request: Request, body: RegisterBody) -> Response:
+        worker = getattr(request.state, "worker", None)
+        if worker is not None and body.worker_id != worker:
+            raise RequestError(403, f"the token of worker {worker!r} cannot register worker "
+                                    f"{body.worker_id!r}: each worker registers with its own")
         return json_response(await coordinator.workers.register(body.model_dump(mode="json")))
 
     @documented("post", "/workers/{worker_id}/heartbeat", HeartbeatAnswer,

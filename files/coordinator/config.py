@@ -36,6 +36,9 @@ class Config:
     # /metrics is open to anyone instead (it is, too, when the Coordinator has no token).
     metrics_token: str | None = None
     metrics_open: bool = False
+    # The key worker tokens are derived from (coordinator_contract.worker_token): each one is
+    # accepted only for its own worker's registration, heartbeats and goodbye.
+    worker_token_key: str | None = None
     heartbeat_ttl: float = 15.0
     web_task_deadline: float = 60.0
     max_attempts: int = 3
@@ -179,6 +182,12 @@ def load_config(env: Mapping[str, str]) -> Config:
             "COORDINATOR_METRICS_TOKEN equals COORDINATOR_TOKEN: give the scrape a token of "
             "its own (it is accepted for GET /metrics only), or unset it"
         )
+    worker_token_key = _token(env, "COORDINATOR_WORKER_TOKEN_KEY")
+    if worker_token_key is not None and token is None:
+        raise ConfigError(
+            "COORDINATOR_WORKER_TOKEN_KEY is set without COORDINATOR_TOKEN: worker tokens "
+            "mean nothing while the API is open; set COORDINATOR_TOKEN too, or unset it"
+        )
     metrics_open = (env.get("COORDINATOR_METRICS_OPEN") or "false").strip().lower()
     if metrics_open not in ("true", "false"):
         raise ConfigError(
@@ -205,6 +214,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         token=token,
         metrics_token=metrics_token,
         metrics_open=metrics_open == "true",
+        worker_token_key=worker_token_key,
         heartbeat_ttl=ttl,
         web_task_deadline=_number(env, "COORDINATOR_WEB_TASK_DEADLINE", d.web_task_deadline,
                                   integer=False, minimum=0, unit="seconds"),

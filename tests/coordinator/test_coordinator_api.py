@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 import uuid
 
+import coordinator_contract as contract
 import httpx
 import pytest
 import requests
@@ -412,6 +413,43 @@ def test_the_metrics_token_reads_metrics_only(start_server) -> None:
     opened = start_server(COORDINATOR_TOKEN="operator-token", COORDINATOR_METRICS_OPEN="true")
     assert httpx.get(f"{opened.url}/metrics").status_code == 200
     assert httpx.get(f"{opened.url}/workers").status_code == 401
+
+
+def test_a_worker_token_serves_its_own_worker_only(start_server, backends: Backends) -> None:
+    server = start_server(COORDINATOR_TOKEN="operator-token",
+                          COORDINATOR_WORKER_TOKEN_KEY="worker-token-key")
+    token = contract.worker_token("worker-token-key", "w1")
+    instance = str(uuid.uuid4())
+    body = {"worker_id": "w1", "host": "h", "kind": "web", "instance_id": instance}
+    with httpx.Client(base_url=server.url,
+                      headers={"Authorization": f"Bearer {token}"}) as worker:
+        assert worker.post("/workers/register", json=body).status_code == 200
+        beat = worker.post("/workers/w1/heartbeat", json={"instance_id": instance})
+        assert beat.status_code == 200
+        other = worker.post("/workers/register", json=body | {"worker_id": "w2"})
+        assert (other.status_code, other.json()["error"]) == (403, (
+            "the token of worker 'w1' cannot register worker 'w2': each worker registers "
+            "with its own"))
+        for method, path, sent in [*PROTECTED, ("POST", "/workers/w2/heartbeat",
+                                                {"instance_id": instance})]:
+            if path in ("/workers/register",) or path.startswith("/workers/w1/"):
+                continue
+            refused = worker.request(method, path, json=sent)
+            assert refused.status_code == 403, (method, path)
+            assert refused.json()["error"] == (
+                f"the token of worker 'w1' may register, heartbeat and say goodbye as 'w1' only: "
+                f"{method} {path} needs the operator's token (COORDINATOR_TOKEN)")
+        goodbye = worker.post("/workers/w1/deregister", json={"instance_id": instance})
+        assert goodbye.json() == {"stopped": True}
+    forged = token[:-4] + "0000"
+    answer = httpx.post(f"{server.url}/workers/w1/heartbeat", json={"instance_id": instance},
+                        headers={"Authorization": f"Bearer {forged}"})
+    assert answer.status_code == 401
+    other_key = contract.worker_token("another-key", "w1")
+    answer = httpx.post(f"{server.url}/workers/w1/heartbeat", json={"instance_id": instance},
+                        headers={"Authorization": f"Bearer {other_key}"})
+    assert answer.status_code == 401
+    assert backends.sql("SELECT count(*) FROM tasks")[0][0] == 0
 
 
 # -- workers, queues, health, metrics ------------------------------------------------------

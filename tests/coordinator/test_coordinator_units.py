@@ -7,6 +7,7 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import coordinator_contract as contract
 import pytest
 from coordinator_contract import INFERENCE_TYPES
 
@@ -91,6 +92,7 @@ def test_config_values() -> None:
     (BASE | {"COORDINATOR_TOKEN": "same", "COORDINATOR_METRICS_TOKEN": "same"},
      "COORDINATOR_METRICS_TOKEN"),
     (BASE | {"COORDINATOR_METRICS_OPEN": "yes"}, "COORDINATOR_METRICS_OPEN"),
+    (BASE | {"COORDINATOR_WORKER_TOKEN_KEY": "k"}, "COORDINATOR_WORKER_TOKEN_KEY"),
     (BASE | {"COORDINATOR_LOG_LEVEL": "chatty"}, "COORDINATOR_LOG_LEVEL"),
     (BASE | {"COORDINATOR_PG_POOL_SIZE": "1"}, "COORDINATOR_PG_POOL_SIZE"),
     (BASE | {"COORDINATOR_REPUSH_GRACE": "-2"}, "COORDINATOR_REPUSH_GRACE"),
@@ -382,3 +384,13 @@ def test_bind_takes_several_addresses_and_names_a_wrong_one() -> None:
     assert str(err.value) == ("COORDINATOR_BIND='127.0.0.1,lan': 'lan' is not an IP address: "
                               "use one or more, separated by commas, e.g. "
                               "127.0.0.1,192.168.0.40")
+
+
+def test_worker_tokens_name_their_worker_and_need_the_key() -> None:
+    token = contract.worker_token("k", "web-worker-mac.lan")
+    assert token.startswith("worker.web-worker-mac.lan.")
+    assert contract.token_worker("k", token) == "web-worker-mac.lan"
+    assert contract.token_worker("other", token) is None
+    assert contract.token_worker("k", token.replace("mac.lan", "pc.lan")) is None
+    assert contract.token_worker("k", "operator-token") is None
+    assert contract.token_worker("k", "worker.é.x") is None

@@ -65,7 +65,7 @@ def test_refused_login_stops_in_preflight(cluster) -> None:
 def test_new_worker_that_does_not_come_up_is_stopped(cluster) -> None:
     # Passes every preflight check (they do not talk to the Coordinator), then cannot register.
     inventory = cluster.inventory(NEW, "no-register", {NEW: {
-        "worker_coordinator_token": "not-the-token", "worker_register_retries": 5}})
+        "worker_token_key": "not-the-key", "worker_register_retries": 5}})
     done = cluster.playbooks.run("migrate-web.yml", inventory)
     assert done.returncode != 0
     assert (f"the new web worker on {NEW} did not come up, so it was stopped and the old one "

@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import coordinator_contract as contract
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +60,22 @@ def test_records_fill_in_every_default_and_keep_the_environment_apart():
         "cpu", "llama3.2:3b", "120")
     assert "WORKER_DEVICE" not in resolved["envs"]["web-worker"]
     assert all(isinstance(value, str) for value in env.values())
+
+
+def test_with_a_token_key_each_worker_gets_its_own_token():
+    resolved = worker.worker_records(
+        [{"name": "web-worker", "kind": "web"}, {"name": "inference-worker",
+                                                  "kind": "inference"}],
+        **SETTINGS | {"base_env": SETTINGS["base_env"] | {"COORDINATOR_TOKEN": "operator"}},
+        token_key="the-key")
+    tokens = {name: env["COORDINATOR_TOKEN"] for name, env in resolved["envs"].items()}
+    # The Coordinator's own check accepts each for its worker id, and for no other.
+    assert contract.token_worker("the-key", tokens["web-worker"]) == "web-worker-macbookair"
+    assert contract.token_worker("the-key", tokens["inference-worker"]) == "macbookair"
+    assert "operator" not in tokens.values()
+    assert "the-key" not in repr(resolved)
+    without = worker.worker_records([{"name": "web-worker", "kind": "web"}], **SETTINGS)
+    assert "COORDINATOR_TOKEN" not in without["envs"]["web-worker"]
 
 
 SHOW = """\

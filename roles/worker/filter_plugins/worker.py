@@ -11,9 +11,19 @@ into the ``worker_status`` fact the role publishes.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+# The programs' shared contract (files/, beside roles/), for the worker tokens' derivation:
+# the Coordinator checks them with the same function.
+_CONTRACT = Path(__file__).resolve().parents[3] / "files" / "coordinator_contract.py"
+_spec = importlib.util.spec_from_file_location("coordinator_contract_for_worker_role",
+                                               _CONTRACT)
+contract = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(contract)
 
 
 def libpq_quote(value: str) -> str:
@@ -40,12 +50,14 @@ def worker_records(
     config_dir: str,
     launchd_dir: str,
     log_dir: str,
+    token_key: str | None = None,
 ) -> dict[str, Any]:
     """{"records": [one per worker], "envs": {name: its environment}}.
 
     Each worker's environment is ``base_env`` (the role's settings), its PG_DSN, WORKER_ID,
-    WORKER_HOST and (inference) WORKER_DEVICE, then ``worker_env``, then the entry's own
-    ``env``; every value a string, as a process environment has them."""
+    WORKER_HOST and (inference) WORKER_DEVICE, with ``token_key`` its own COORDINATOR_TOKEN
+    (derived from the key and its id), then ``worker_env``, then the entry's own ``env``;
+    every value a string, as a process environment has them."""
     dsn = pg_dsn(db["host"], db["port"], db["name"], db["user"], db.get("password") or "")
     records, envs = [], {}
     for item in instances:
@@ -59,6 +71,8 @@ def worker_records(
         }
         if kind == "inference":
             env["WORKER_DEVICE"] = item.get("device") or default_device
+        if token_key:
+            env["COORDINATOR_TOKEN"] = contract.worker_token(token_key, env["WORKER_ID"])
         env.update(worker_env)
         env.update(item.get("env") or {})
         env = {key: "" if value is None else str(value) for key, value in env.items()}
