@@ -116,6 +116,12 @@ waited:
   returned: always
   type: float
   sample: 3.1
+timed_out:
+  description: The drain failed only because the worker still held a task after O(timeout)
+    (it stays drained); a play may go on, e.g. to stop the worker within its own bound.
+  returned: always
+  type: bool
+  sample: false
 """
 
 import time
@@ -168,8 +174,8 @@ def run(params: dict[str, Any], check_mode: bool) -> tuple[str | None, dict[str,
     if worker is None:
         if not params["allow_absent"]:
             return describe_absent(worker_id, params["coordinator_url"], wanted), {
-                "state": "absent", "waited": 0.0, "changed": False}
-        return None, {"state": "absent", "waited": 0.0, "changed": False,
+                "state": "absent", "waited": 0.0, "changed": False, "timed_out": False}
+        return None, {"state": "absent", "waited": 0.0, "changed": False, "timed_out": False,
                       "msg": describe_result(None, worker_id, False, wanted, check_mode)}
     changed = needs_change(worker, wanted)
     diff = {"before": {"drained": is_drained(worker)},
@@ -184,11 +190,13 @@ def run(params: dict[str, Any], check_mode: bool) -> tuple[str | None, dict[str,
             if time.monotonic() - started >= params["timeout"]:
                 return describe_timeout(worker, time.monotonic() - started), {
                     "state": worker.get("state"), "worker": worker, "changed": changed,
-                    "waited": round(time.monotonic() - started, 1), "diff": diff}
+                    "waited": round(time.monotonic() - started, 1), "diff": diff,
+                    "timed_out": True}
             time.sleep(READ_INTERVAL)
             worker = read(params) or worker
     return None, {"state": worker.get("state"), "worker": worker, "changed": changed,
                   "waited": round(time.monotonic() - started, 1), "diff": diff,
+                  "timed_out": False,
                   "msg": describe_result(worker, worker_id, changed, wanted, check_mode)}
 
 
@@ -199,7 +207,7 @@ def main() -> None:
     try:
         failure, result = run(module.params, module.check_mode)
     except DrainError as exc:
-        module.fail_json(msg=str(exc), changed=False)
+        module.fail_json(msg=str(exc), changed=False, timed_out=False)
     if not module._diff:
         result.pop("diff", None)
     if failure is not None:

@@ -39,7 +39,7 @@ def test_a_drain_waits_until_the_worker_holds_nothing(tmp_path, coordinator, reg
     beat(worker, in_flight=1)
     # It holds a task for longer than the timeout: the drain stays, the module says why.
     held = drain(tmp_path / "held", coordinator, worker_id=worker.worker_id, timeout=2)
-    assert held.rc != 0
+    assert held.rc != 0 and held.result["timed_out"] is True
     assert held.result["msg"] == (
         f"{worker.worker_id} on {SLOW} (draining, 1 in flight) still holds a task after 2 s "
         "of draining: it stays drained and finishes it; wait longer (timeout) or undrain it "
@@ -74,7 +74,7 @@ def test_undrain_check_mode_and_idempotence(tmp_path, coordinator, registrations
 
 def test_an_unknown_worker_fails_or_is_absent(tmp_path, coordinator):
     missing = drain(tmp_path / "missing", coordinator, worker_id="nobody")
-    assert missing.rc != 0
+    assert missing.rc != 0 and missing.result["timed_out"] is False
     assert missing.result["msg"] == (
         f"worker nobody is not registered with the Coordinator at {coordinator.url}: it "
         "cannot be drained; check worker_id (GET /workers lists the workers), or set "
