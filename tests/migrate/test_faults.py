@@ -120,10 +120,20 @@ def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> Non
                                         check=True).stdout
     environment = re.sub(r'(?m)^WORKER_ID=.*$', 'WORKER_ID="web-worker-by-hand"', environment)
     environment = re.sub(r'(?m)^WORKER_HOST=.*$', f'WORKER_HOST="{core.address}"', environment)
+    start = ("set -a; . /root/by-hand.env; set +a; cd /opt/coordinator-worker/app &&"
+             " /opt/coordinator-worker/venv/bin/python worker_web.py")
     core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)
-    core.sh("sh", "-c", "set -a; . /root/by-hand.env; set +a; cd /opt/coordinator-worker/app &&"
-            " nohup /opt/coordinator-worker/venv/bin/python worker_web.py"
-            " > /root/by-hand.log 2>&1 &", check=True)
+    # That worker's own token registers that worker only: the copy is refused, saying so.
+    refused = core.sh("sh", "-c", start, check=False)
+    assert refused.returncode != 0
+    assert (f"HTTP 403 the token of worker 'web-worker-{web}' cannot register worker "
+            "'web-worker-by-hand'") in refused.stdout + refused.stderr
+    # With the operator's token (someone who has it), the copy runs.
+    operator = cluster.coordinator.headers["Authorization"].split()[1]
+    environment = re.sub(r'(?m)^COORDINATOR_TOKEN=.*$', f'COORDINATOR_TOKEN="{operator}"',
+                         environment)
+    core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)
+    core.sh("sh", "-c", f"nohup sh -c '{start}' > /root/by-hand.log 2>&1 &", check=True)
     try:
         rogue = wait_until(lambda: next(
             (w for w in cluster.coordinator.alive_web_workers()
