@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Iterable
 
 # -- routing ---------------------------------------------------------------------------------
@@ -81,6 +82,29 @@ def token_worker(key: str, token: str) -> str | None:
     worker_id = token[len(WORKER_TOKEN_PREFIX):token.rindex(".")]
     expected = worker_token(key, worker_id)
     return worker_id if hmac.compare_digest(token.encode(), expected.encode()) else None
+
+
+# -- worker database logins ----------------------------------------------------------------
+
+#: The PostgreSQL group role holding what a worker may do (docs/design.md, "Privileges"):
+#: read `tasks`, claim a queued task, write the result of its own claim. Each worker host
+#: logs in as its own member of it.
+WORKER_DB_GROUP = "coordinator_workers"
+_ROLE_UNSAFE = re.compile(r"[^a-z0-9_]")
+
+
+def worker_db_role(host: str) -> str:
+    """The PostgreSQL login of one worker host: ``worker_<host>``, lower-cased, every other
+    character than a letter, digit or ``_`` made ``_``, at most 63 bytes (PostgreSQL's
+    limit); e.g. ``worker_lab_worker_fast`` for ``lab-worker-fast``."""
+    return ("worker_" + _ROLE_UNSAFE.sub("_", host.lower()))[:63]
+
+
+def worker_db_password(key: str, host: str) -> str:
+    """The password of ``worker_db_role(host)``, derived from ``key`` so that one vault
+    secret serves any number of hosts; Ansible sets it on the database host and writes it
+    only to that worker host. Another key (a rotation) gives every host a new one."""
+    return hmac.new(key.encode(), f"worker-db:{host}".encode(), hashlib.sha256).hexdigest()
 
 
 # -- the worker side of the guarded state machine (docs/design.md) -----------------------------

@@ -15,6 +15,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,9 +23,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "files") not in sys.path:
+    sys.path.append(str(REPO / "files"))
+from coordinator_contract import WORKER_DB_GROUP  # noqa: E402
+
 DB_NAME = "coordinator"
 DB_USER = "coordinator"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def ship_worker_programs(dest: Path) -> None:
@@ -183,6 +188,9 @@ class ThrowawayPostgres(_Throwaway):
         )
         self.psql(f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{self.password}'", db="postgres")
         self.psql(f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}", db="postgres")
+        # The workers' group role, which the schema grants to (the postgresql_access role
+        # makes it on a real cluster).
+        self.psql(f"CREATE ROLE {WORKER_DB_GROUP} NOLOGIN", db="postgres")
         self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "stop")
 
     def write_hba(self, network_lines: list[str]) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 
 import psycopg
+from coordinator_contract import WORKER_DB_GROUP
+from psycopg import sql
 
 log = logging.getLogger("coordinator.schema")
 
@@ -203,13 +205,76 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_target_idx ON audit (target, id);
 """
 
+# Workers log in as members of the group role WORKER_DB_GROUP (one login per worker host, made
+# by the postgresql_access role). They may read `tasks`, claim a queued task and write the
+# columns of a claim and its result; the guard below holds them to their own claims. Nothing
+# else: no DELETE, no DDL, no other table.
+_V5 = f"""
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{WORKER_DB_GROUP}') THEN
+        RAISE EXCEPTION 'role {WORKER_DB_GROUP} does not exist: run site.yml (the '
+            'postgresql_access role makes it), then start this Coordinator again';
+    END IF;
+END
+$$;
+
+ALTER TABLE tasks ADD COLUMN IF NOT EXISTS claimed_by name;
+COMMENT ON COLUMN tasks.claimed_by IS
+    'the database login that claimed the task (a worker host''s own role), set by the '
+    'tasks_worker_guard trigger: only that login may write the claim''s result';
+
+CREATE OR REPLACE FUNCTION coordinator_worker_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pg_has_role(current_user, '{WORKER_DB_GROUP}', 'MEMBER')
+       OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+        RETURN NEW;
+    END IF;
+    IF OLD.status = 'queued' AND NEW.status = 'running' THEN
+        NEW.claimed_by := current_user;
+    ELSIF OLD.status <> 'running' OR OLD.claimed_by IS DISTINCT FROM current_user THEN
+        RAISE EXCEPTION 'permission denied: task % is % and claimed by %; % may only claim '
+            'a queued task or write its own claim', OLD.id, OLD.status,
+            coalesce(OLD.claimed_by::text, 'nobody'), current_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS tasks_worker_guard ON tasks;
+CREATE TRIGGER tasks_worker_guard
+    BEFORE UPDATE ON tasks FOR EACH ROW EXECUTE FUNCTION coordinator_worker_guard();
+
+-- The timeline is written by the schema's owner whoever changes a task: a worker cannot
+-- write task_transitions itself.
+ALTER FUNCTION coordinator_tasks_created() SECURITY DEFINER SET search_path FROM CURRENT;
+ALTER FUNCTION coordinator_task_transition() SECURITY DEFINER SET search_path FROM CURRENT;
+
+REVOKE ALL ON tasks FROM PUBLIC;
+GRANT SELECT ON tasks TO {WORKER_DB_GROUP};
+GRANT UPDATE (status, claim, worker_id, worker_host, started_at, attempts, result, fallback,
+              error, worker, answered_model, finished_at) ON tasks TO {WORKER_DB_GROUP};
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
     (2, "workers.stopped_at: a worker that said goodbye is not alive", _V2),
     (3, "tasks.answered_model: the model that wrote the result", _V3),
     (4, "drain, task_transitions (the timeline), audit", _V4),
+    (5, "worker privileges: coordinator_workers, tasks.claimed_by and its guard", _V5),
 ]
+
+#: What the Coordinator's own login may do, granted at every start by the schema's owner
+#: (the database's owner): when the login is not the owner (the postgresql_access role makes
+#: it so), it reads and writes rows and cannot change the schema. A no-op when it is.
+COORDINATOR_GRANTS = """
+GRANT SELECT, INSERT, UPDATE, DELETE
+   ON tasks, workers, worker_instances, task_transitions, audit TO SESSION_USER;
+GRANT SELECT ON coordinator_schema TO SESSION_USER;
+GRANT USAGE ON SEQUENCE task_transitions_id_seq, audit_id_seq TO SESSION_USER;
+"""
 
 #: Whether a `workers` row is alive: it heartbeated within the TTL (the query's parameter
 #: ``ttl``, seconds) and did not say goodbye since. The one definition every query uses.
@@ -224,13 +289,33 @@ def pending(applied: set[int]) -> list[tuple[int, str, str]]:
     return [m for m in MIGRATIONS if m[0] not in applied]
 
 
+async def _act_as_owner(conn: psycopg.AsyncConnection) -> None:
+    """Make the rest of the transaction run as the database's owner, which owns the schema,
+    when the login is another role (a member of it, as the postgresql_access role makes the
+    Coordinator's login)."""
+    cur = await conn.execute(
+        "SELECT pg_get_userbyid(datdba), current_user FROM pg_database"
+        " WHERE datname = current_database()")
+    owner, login = await cur.fetchone()
+    if owner == login:
+        return
+    try:
+        await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(owner)))
+    except psycopg.errors.InsufficientPrivilege:
+        raise RuntimeError(
+            f"the login {login} cannot act as the database's owner {owner}, which owns the "
+            f"schema (GRANT {owner} TO {login}): run site.yml, which grants it") from None
+
+
 async def ensure_schema(conn: psycopg.AsyncConnection) -> list[int]:
-    """Create or upgrade the schema; return the versions applied now (empty if up to date).
+    """Create or upgrade the schema as the database's owner, grant the Coordinator's login
+    its privileges; return the versions applied now (empty if up to date).
 
     ``conn`` must not be inside a transaction. Safe when several processes call it at once.
     """
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
+        await _act_as_owner(conn)
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS coordinator_schema ("
             " version integer PRIMARY KEY,"
@@ -246,12 +331,13 @@ async def ensure_schema(conn: psycopg.AsyncConnection) -> list[int]:
                 "continuing, but upgrade this coordinator", newer[-1], LATEST_VERSION,
             )
         done = []
-        for version, description, sql in pending(applied):
-            await conn.execute(sql)
+        for version, description, statements in pending(applied):
+            await conn.execute(statements)
             await conn.execute(
                 "INSERT INTO coordinator_schema (version, description) VALUES (%s, %s)",
                 (version, description),
             )
             log.info("applied schema version %s: %s", version, description)
             done.append(version)
+        await conn.execute(COORDINATOR_GRANTS)
         return done
