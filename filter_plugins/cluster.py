@@ -4,9 +4,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+# The programs' shared contract (files/): how a worker host's own database login is derived.
+_CONTRACT = Path(__file__).resolve().parents[1] / "files" / "coordinator_contract.py"
+_spec = importlib.util.spec_from_file_location("coordinator_contract_for_playbooks", _CONTRACT)
+contract = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(contract)
 
 # Ansible's unreachable message wraps ssh's own words: keep those.
 _SSH_REASON = re.compile(r"over ssh: (.*)$", re.S)
@@ -246,9 +254,17 @@ def upgrade_rows(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]
     return lines
 
 
+def worker_db_login(host: str, key: str) -> dict[str, str]:
+    """{name, password} of a worker host's own PostgreSQL login, as the postgresql_access and
+    worker roles derive it from ``key``."""
+    return {"name": contract.worker_db_role(host),
+            "password": contract.worker_db_password(key, host)}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "worker_db_login": worker_db_login,
             "reach_problems": reach_problems,
             "running_workers": running_workers,
             "worker_addresses": worker_addresses,

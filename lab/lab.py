@@ -53,7 +53,7 @@ ADMIN_USER = "admin"
 APT_ARCHIVES = STATE_DIR / "apt-archives"
 # Generated on `create` unless present; the lab inventory reads them with the password lookup.
 SECRET_NAMES = ("coordinator_db_password", "redis_password", "coordinator_token",
-                "coordinator_metrics_token", "worker_token_key")
+                "coordinator_metrics_token", "worker_token_key", "worker_db_key")
 LABEL = "coordinator.lab.network"
 # Held by every suite, benchmark or Molecule run that makes podman containers from this
 # checkout, so they run one at a time (`flock .lab/molecule.lock molecule ...` by hand).

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import time
 
+import coordinator_contract as contract
 import pytest
 
 OLD, NEW = "lab-worker-slow", "lab-worker-fast"
@@ -49,13 +50,14 @@ def test_first_converge_without_pipelining_became_postgres(cluster) -> None:
 
 @pytest.mark.timeout(1800)
 def test_refused_login_stops_in_preflight(cluster) -> None:
-    inventory = cluster.inventory(NEW, "refused", {NEW: {"worker_db_password": "not-the-password"}})
+    inventory = cluster.inventory(NEW, "refused", {NEW: {"worker_db_password_key": "not-the-key"}})
     done = cluster.playbooks.run("migrate-web.yml", inventory)
     assert done.returncode != 0
     assert (f"preflight on {NEW} failed, nothing was changed on the running web worker: "
             "PostgreSQL check FAILED at") in done.unfolded()
-    assert 'password authentication failed for user \\"coordinator\\"' in done.output \
-        or 'password authentication failed for user "coordinator"' in done.output
+    login = contract.worker_db_role(NEW)  # the new host's own login, with a wrong password
+    assert f'password authentication failed for user \\"{login}\\"' in done.output \
+        or f'password authentication failed for user "{login}"' in done.output
     # It stopped before the switch-over play: nothing was stopped or started.
     assert "Switch over and prove it" not in done.output
     assert_old_side_serving(cluster)

@@ -63,6 +63,8 @@ def make_mine(cluster, web_host: str) -> None:
                        f"vault_redis_password: {secret('redis_password')}")
               .replace("vault_coordinator_token: CHANGE_ME",
                        f"vault_coordinator_token: {secret('coordinator_token')}")
+              .replace("vault_worker_db_key: CHANGE_ME",
+                       f"vault_worker_db_key: {secret('worker_db_key')}")
               .replace("vault_worker_token_key: CHANGE_ME",
                        f"vault_worker_token_key: {secret('worker_token_key')}")
               .replace("vault_coordinator_metrics_token: CHANGE_ME",

@@ -303,3 +303,23 @@ def test_hosts_to_upgrade_plan_and_summary_rows():
         f"a | new | {'d' * 12} | 0.40/0.50 | 0.41/0.52 | 0% | kept",
         f"b | new | {'e' * 12} | -/- | -/- | - | already on it",
         "c | - | none | -/- | -/- | - | not reached"]
+
+
+pg_role = load(REPO / "roles" / "postgresql_access" / "filter_plugins" / "pg_hba.py")
+
+
+def test_with_a_db_key_each_host_logs_in_as_its_own_login_which_the_database_side_makes():
+    db = SETTINGS["db"] | {"password_key": "db-key", "login_host": "macbookair"}
+    resolved = worker.worker_records([{"name": "web-worker", "kind": "web"}],
+                                     **SETTINGS | {"db": db})
+    dsn = resolved["envs"]["web-worker"]["PG_DSN"]
+    # What the postgresql_access role creates on the database host, from the same key.
+    (login,) = pg_role.worker_db_logins(["macbookair"], "db-key")
+    assert dsn == ("host=192.168.0.40 port=5432 dbname=coordinator "
+                   f"user={login['name']} password='{login['password']}'")
+    assert login["name"] == "worker_macbookair"
+    # Neither the Coordinator's login nor its password reaches the worker host.
+    assert "secret" not in dsn and "user=coordinator" not in dsn
+    assert cluster.worker_db_login("macbookair", "db-key") == {
+        "name": login["name"], "password": login["password"]}
+    assert pg_role.worker_db_group() == contract.WORKER_DB_GROUP

@@ -1,12 +1,22 @@
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the postgresql_access role: the worker hosts' addresses for pg_hba.conf."""
+"""Filters of the postgresql_access role: the worker hosts' addresses for pg_hba.conf, and
+their own logins."""
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+# The programs' shared contract (files/, beside roles/): the workers' group role and the
+# derivation of each host's login, which the worker role uses for the same hosts.
+_CONTRACT = Path(__file__).resolve().parents[3] / "files" / "coordinator_contract.py"
+_spec = importlib.util.spec_from_file_location("coordinator_contract_for_pg_role", _CONTRACT)
+contract = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(contract)
 
 
 def hba_address(value: Any) -> str | None:
@@ -36,6 +46,20 @@ def hba_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any],
     return addresses
 
 
+def worker_db_logins(hosts: Iterable[str], key: str) -> list[dict[str, str]]:
+    """{host, name, password} of each worker host's own login: its name from the host's
+    inventory name, its password derived from ``key`` (coordinator_contract)."""
+    return [{"host": host, "name": contract.worker_db_role(host),
+             "password": contract.worker_db_password(key, host)} for host in hosts]
+
+
+def worker_db_group(_: Any = None) -> str:
+    """The group role every worker login is a member of, which the schema grants to."""
+    return contract.WORKER_DB_GROUP
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"hba_address": hba_address, "hba_addresses": hba_addresses}
+        return {"hba_address": hba_address, "hba_addresses": hba_addresses,
+                "worker_db_logins": worker_db_logins, "worker_db_group": worker_db_group,
+                "worker_db_role": contract.worker_db_role}

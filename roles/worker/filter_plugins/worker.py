@@ -54,11 +54,18 @@ def worker_records(
 ) -> dict[str, Any]:
     """{"records": [one per worker], "envs": {name: its environment}}.
 
+    ``db`` holds host, port, name and either user and password or ``password_key`` and
+    ``login_host``: the inventory host whose own login (worker_<host>) the workers use.
     Each worker's environment is ``base_env`` (the role's settings), its PG_DSN, WORKER_ID,
     WORKER_HOST and (inference) WORKER_DEVICE, with ``token_key`` its own COORDINATOR_TOKEN
     (derived from the key and its id), then ``worker_env``, then the entry's own ``env``;
     every value a string, as a process environment has them."""
-    dsn = pg_dsn(db["host"], db["port"], db["name"], db["user"], db.get("password") or "")
+    user, password = db["user"], db.get("password") or ""
+    if db.get("password_key"):
+        # The host's own login (the postgresql_access role makes it from the same key).
+        user = contract.worker_db_role(db["login_host"])
+        password = contract.worker_db_password(db["password_key"], db["login_host"])
+    dsn = pg_dsn(db["host"], db["port"], db["name"], user, password)
     records, envs = [], {}
     for item in instances:
         name, kind = item["name"], item["kind"]
