@@ -6,7 +6,68 @@ steps, all at -vvv, the most Ansible ever prints (module arguments, loop items, 
 
 from __future__ import annotations
 
+import secrets as random_secrets
+
+import coordinator_contract as contract
+import requests
+
 from lab import lab
+
+WEB_ENV = "/etc/coordinator-worker/web-worker.env"
+# Connects with the DSN on standard input; prints "ok" or PostgreSQL's first error line.
+LOGIN = ("import sys, psycopg2\n"
+         "try:\n    psycopg2.connect(sys.stdin.read(), connect_timeout=5).close(); print('ok')\n"
+         "except psycopg2.Error as e:\n    print(str(e).strip().splitlines()[0])\n")
+
+
+def login_from(node, dsn: str) -> str:
+    return node.sh("/opt/coordinator-worker/venv/bin/python", "-c", LOGIN, input_text=dsn,
+                   check=True).stdout.strip()
+
+
+def test_rotating_the_worker_keys_and_running_site_yml_gives_every_worker_new_secrets(
+        cluster) -> None:
+    """The documented rotation (docs/operating.md): new vault_worker_db_key and
+    vault_worker_token_key, then site.yml. The old database password and the old worker
+    token stop working, the new ones work, and the cluster still serves."""
+    web_host = cluster.web_host()
+    node = cluster.nodes[web_host]
+    db_key_file, token_key_file = (lab.SECRETS_DIR / "worker_db_key",
+                                   lab.SECRETS_DIR / "worker_token_key")
+    old_db_key, old_token_key = (db_key_file.read_text().split()[0],
+                                 token_key_file.read_text().split()[0])
+    for path in (db_key_file, token_key_file):
+        path.write_text(random_secrets.token_hex(20) + "\n")
+    new_db_key = db_key_file.read_text().split()[0]
+    done = cluster.playbooks.run("site.yml", cluster.inventory(web_host))
+    assert done.returncode == 0, done.output[-3000:]
+    env = node.sh("cat", WEB_ENV, check=True).stdout
+    dsn = next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
+               if line.startswith("PG_DSN="))
+    new_password = contract.worker_db_password(new_db_key, web_host)
+    old_password = contract.worker_db_password(old_db_key, web_host)
+    assert new_password in dsn and old_password not in env
+    assert login_from(node, dsn) == "ok"
+    login = contract.worker_db_role(web_host)
+    assert login_from(node, dsn.replace(new_password, old_password)) == (
+        f'connection to server at "{cluster.nodes["lab-ai-core"].address}", port 5432 failed: '
+        f'FATAL:  password authentication failed for user "{login}"')
+    # The worker's old token is refused as unknown (401); its new one is its own (403 here).
+    worker_id = f"web-worker-{web_host}"
+    old_token = contract.worker_token(old_token_key, worker_id)
+    assert old_token not in env
+    new_token = next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
+                     if line.startswith("COORDINATOR_TOKEN="))
+    answers = {token: requests.get(f"{cluster.coordinator.url}/workers", timeout=10,
+                                   headers={"Authorization": f"Bearer {token}"})
+               for token in (old_token, new_token)}
+    assert answers[old_token].status_code == 401, answers[old_token].text
+    assert answers[new_token].status_code == 403, answers[new_token].text
+    assert answers[new_token].json()["error"].startswith(f"the token of worker {worker_id!r}")
+    # The workers restarted with them and serve: a web search done by the web host.
+    task = cluster.coordinator.search()
+    assert (task["status"], task["worker_host"]) == ("done", node.address), task
+    cluster.assert_one_web_worker(web_host)
 
 
 def test_no_secret_in_any_verbose_output(cluster) -> None:
@@ -22,6 +83,11 @@ def test_no_secret_in_any_verbose_output(cluster) -> None:
         line.split("=", 1)[1].strip('"') for line in env_files.splitlines()
         if line.startswith("COORDINATOR_TOKEN=worker.") or
         line.startswith('COORDINATOR_TOKEN="worker.'))
+    # The worker hosts' database key stays on the controller; the password derived from it
+    # for this host is in the worker's environment, and is a secret too.
+    db_key = secrets.pop("worker_db_key")
+    secrets["lab-ai-core's database password"] = contract.worker_db_password(db_key,
+                                                                             "lab-ai-core")
     for name, value in secrets.items():
         assert len(value) >= 16, f"{name} is too short to be a meaningful canary"
         # Each is really in use on the nodes (in the Coordinator's or a worker's
@@ -30,6 +96,7 @@ def test_no_secret_in_any_verbose_output(cluster) -> None:
     # admin's sudo password is in use too: sudo asks for it on every node (tests/lab), and
     # every run above became root with it.
     secrets["admin_password"] = lab.ADMIN_PASSWORD.read_text().split()[0]
+    secrets["worker_db_key"] = db_key
     for name, value in secrets.items():
         leaks = [index for index, output in enumerate(outputs) if value in output]
         assert not leaks, f"{name} appears in the -vvv output of playbook runs {leaks}"
