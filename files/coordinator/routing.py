@@ -201,9 +201,10 @@ def registered_queues(kind: str, worker_id: str, device: str | None,
                       queues: Iterable[str]) -> list[str]:
     """The queues a worker registers, as the routing table can produce them for its kind and
     id: its kind's shared queue (web, rag), or an inference worker's own
-    ``tasks:<device>:<worker_id>``, sent or made from ``device``. Any other name is refused
-    with a 422: each queue is a label of the queue metrics, so a name nothing routes to would
-    be one more series for ever."""
+    ``tasks:<device>:<worker_id>``, made from ``device``, which it must send, with no
+    ``queues`` (as the schema's rules say). Anything else is refused with a 422: each queue
+    is a label of the queue metrics, so a name nothing routes to would be one more series for
+    ever."""
     queues = list(dict.fromkeys(queues))
     if kind in contract.KIND_QUEUES:
         allowed = contract.KIND_QUEUES[kind]
@@ -212,20 +213,16 @@ def registered_queues(kind: str, worker_id: str, device: str | None,
             raise RequestError(422, f"a {kind} worker serves {allowed} only, and 'queues' also "
                                     f"names {', '.join(wrong)}: send [\"{allowed}\"]")
         return queues
-    own = re.compile(rf"tasks:{NAME}:{re.escape(worker_id)}")
-    if device:
-        expected = [contract.inference_queue(device, worker_id)]
-    else:
-        expected = [queue for queue in queues if own.fullmatch(queue)][:1]
-        if not expected:
-            raise RequestError(422, "an inference worker must send 'device' (its queue is "
-                                    "tasks:<device>:<worker_id>) or its queue in 'queues'")
-    wrong = [queue for queue in queues if queue not in expected]
-    if wrong:
-        raise RequestError(422, f"an inference worker serves its own queue {expected[0]} only, "
-                                f"and 'queues' also names {', '.join(wrong)}: send "
-                                f"[\"{expected[0]}\"] or only 'device'")
-    return expected
+    if not device:
+        raise RequestError(422, "an inference worker must send 'device' (its queue is "
+                                "tasks:<device>:<worker_id>)"
+                                + (" and no 'queues'" if queues else ""))
+    own = contract.inference_queue(device, worker_id)
+    if queues:
+        raise RequestError(422, f"an inference worker sends 'device' and no 'queues' (its "
+                                f"queue, {own}, follows from the device), and 'queues' names "
+                                f"{', '.join(queues)}: leave 'queues' out")
+    return [own]
 
 
 @dataclass(frozen=True)

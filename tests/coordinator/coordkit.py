@@ -153,10 +153,13 @@ class FakeWorker:
 
     def register(self) -> dict:
         body = {"worker_id": self.worker_id, "host": self.host, "kind": self.kind,
-                "queues": [self.queue], "version": "test", "pid": self.pid,
-                "instance_id": self.instance_id}
+                "version": "test", "pid": self.pid, "instance_id": self.instance_id}
+        # As worker_base and worker_infer send it: an inference worker's queue follows from
+        # its device.
         if self.kind == "inference":
             body |= {"device": self.device, "models": self.models}
+        else:
+            body["queues"] = [self.queue]
         resp = self.http.post("/workers/register", json=body)
         assert resp.status_code == 200, resp.text
         return resp.json()

@@ -330,6 +330,12 @@ def test_worker_endpoint_errors(client: httpx.Client) -> None:
     assert resp.status_code == 422 and "not valid JSON" in resp.json()["error"]
     resp = client.post("/workers/register", json=good | {"kind": "inference"})
     assert resp.status_code == 422 and "device" in resp.json()["error"]
+    resp = client.post("/workers/register", json=good | {"kind": "inference", "device": "cpu",
+                                                         "queues": ["tasks:cpu:w1"]})
+    assert (resp.status_code, resp.json()) == (422, {
+        "error": "an inference worker sends 'device' and no 'queues' (its queue, tasks:cpu:w1, "
+                 "follows from the device), and 'queues' names tasks:cpu:w1: leave 'queues' "
+                 "out"})
     resp = client.post("/workers/register", json=good | {"queues": ["tasks:web", "x"]})
     assert resp.json() == {"error": "a web worker serves tasks:web only, and 'queues' also "
                                     "names x: send [\"tasks:web\"]"}

@@ -8,11 +8,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import coordinator_contract as contract
+import jsonschema
 import pytest
 from coordinator_contract import INFERENCE_TYPES
 
 from coordinator import __version__
 from coordinator import statemachine as sm
+from coordinator.api_models import RegisterBody
 from coordinator.app import validation_message
 from coordinator.config import ConfigError, load_config
 from coordinator.reaper import (
@@ -186,39 +188,61 @@ def test_inference_queue_of() -> None:
     assert inference_queue_of("w", None, []) is None
 
 
-@pytest.mark.parametrize(("kind", "device", "queues", "registered"), [
+#: (kind, device, queues) of a registration -> the queues it registers.
+REGISTERED = [
     ("web", None, ["tasks:web"], ["tasks:web"]),
     ("web", None, [], []),
     ("rag", None, ["tasks:rag", "tasks:rag"], ["tasks:rag"]),
     ("inference", "cpu", [], ["tasks:cpu:w"]),
-    ("inference", "cpu", ["tasks:cpu:w"], ["tasks:cpu:w"]),
-    ("inference", None, ["tasks:mps:w"], ["tasks:mps:w"]),
-])
-def test_registered_queues_are_those_the_routing_table_makes(kind, device, queues,
-                                                            registered) -> None:
-    assert registered_queues(kind, "w", device, queues) == registered
-
-
-@pytest.mark.parametrize(("kind", "device", "queues", "message"), [
+]
+#: (kind, device, queues) of a registration -> the 422's message.
+REFUSED = [
     ("web", None, ["tasks:web", "fuzz-1"],
      "a web worker serves tasks:web only, and 'queues' also names fuzz-1: send [\"tasks:web\"]"),
     ("rag", None, ["tasks:web"],
      "a rag worker serves tasks:rag only, and 'queues' also names tasks:web: send "
      "[\"tasks:rag\"]"),
-    ("inference", "cpu", ["tasks:cpu:other"],
-     "an inference worker serves its own queue tasks:cpu:w only, and 'queues' also names "
-     "tasks:cpu:other: send [\"tasks:cpu:w\"] or only 'device'"),
-    ("inference", None, ["tasks:web"],
-     "an inference worker must send 'device' (its queue is tasks:<device>:<worker_id>) or its "
-     "queue in 'queues'"),
-    ("inference", None, ["tasks:cpu:w", "tasks:gpu:w"],
-     "an inference worker serves its own queue tasks:cpu:w only, and 'queues' also names "
-     "tasks:gpu:w: send [\"tasks:cpu:w\"] or only 'device'"),
-])
+    # As the schema's rules say: an inference worker sends its device, and no queues, not
+    # even its own; its queue follows from the device.
+    ("inference", "cpu", ["tasks:cpu:w"],
+     "an inference worker sends 'device' and no 'queues' (its queue, tasks:cpu:w, follows "
+     "from the device), and 'queues' names tasks:cpu:w: leave 'queues' out"),
+    ("inference", "cpu", ["tasks:cpu:other", "tasks:cpu:w"],
+     "an inference worker sends 'device' and no 'queues' (its queue, tasks:cpu:w, follows "
+     "from the device), and 'queues' names tasks:cpu:other, tasks:cpu:w: leave 'queues' out"),
+    ("inference", None, ["tasks:mps:w"],
+     "an inference worker must send 'device' (its queue is tasks:<device>:<worker_id>) and "
+     "no 'queues'"),
+    ("inference", None, [],
+     "an inference worker must send 'device' (its queue is tasks:<device>:<worker_id>)"),
+]
+
+
+@pytest.mark.parametrize(("kind", "device", "queues", "registered"), REGISTERED)
+def test_registered_queues_are_those_the_routing_table_makes(kind, device, queues,
+                                                            registered) -> None:
+    assert registered_queues(kind, "w", device, queues) == registered
+
+
+@pytest.mark.parametrize(("kind", "device", "queues", "message"), REFUSED)
 def test_other_queue_names_are_refused_saying_which(kind, device, queues, message) -> None:
     with pytest.raises(RequestError) as refused:
         registered_queues(kind, "w", device, queues)
     assert (refused.value.status, refused.value.message) == (422, message)
+
+
+@pytest.mark.parametrize(("kind", "device", "queues", "accepted"),
+                         [(*case[:3], True) for case in REGISTERED]
+                         + [(*case[:3], False) for case in REFUSED])
+def test_the_schema_accepts_the_registrations_the_server_does(kind, device, queues,
+                                                              accepted) -> None:
+    # The OpenAPI schema's rules between fields (RegisterBody's allOf) and the server's check
+    # say the same of each registration.
+    body = {"worker_id": "w", "host": "h", "kind": kind, "instance_id": str(uuid.uuid4()),
+            "queues": queues} | ({"device": device} if device else {})
+    errors = list(jsonschema.Draft202012Validator(RegisterBody.model_json_schema())
+                  .iter_errors(body))
+    assert (not errors) is accepted, [error.message for error in errors]
 
 
 def test_choose_worker_least_loaded_and_model() -> None:
