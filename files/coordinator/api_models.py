@@ -340,7 +340,7 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/task/{task_id}/cancel"): (401, 403, 404, 409, 422, 503),
     ("get", "/queues"): (401, 403, 503),
     ("get", "/health"): (503,),
-    ("get", "/metrics"): (401,),
+    ("get", "/metrics"): (401, 403),
 }
 
 

@@ -445,8 +445,15 @@ def test_a_worker_token_serves_its_own_worker_only(start_server, backends: Backe
             assert refused.json()["error"] == (
                 f"the token of worker 'w1' may register, heartbeat and say goodbye as 'w1' only: "
                 f"{method} {path} needs the operator's token (COORDINATOR_TOKEN)")
+        metrics = worker.get("/metrics")
+        assert (metrics.status_code, metrics.json()["error"]) == (403, (
+            "the token of worker 'w1' may register, heartbeat and say goodbye as 'w1' only: "
+            "GET /metrics needs the operator's token (COORDINATOR_TOKEN)"))
         goodbye = worker.post("/workers/w1/deregister", json={"instance_id": instance})
         assert goodbye.json() == {"stopped": True}
+    schema = httpx.get(f"{server.url}/openapi.json",
+                       headers={"Authorization": "Bearer operator-token"}).json()
+    assert set(schema["paths"]["/metrics"]["get"]["responses"]) >= {"401", "403"}
     forged = token[:-4] + "0000"
     answer = httpx.post(f"{server.url}/workers/w1/heartbeat", json={"instance_id": instance},
                         headers={"Authorization": f"Bearer {forged}"})

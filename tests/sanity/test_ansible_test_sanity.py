@@ -14,12 +14,17 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from lab.drive import VENV_BIN
 
 from .collection import PACKAGE, REPO, build, collection_source
 
 HOME = REPO / ".lab" / "ansible-test"
 PYTHON = "3.11"
+#: How long ``ansible-test sanity`` may take; the test, also building the collection, a minute
+#: more (pytest's default timeout, 300 s in pyproject.toml, would cut it short).
+SANITY_TIMEOUT = 1200
 
 
 # Asked in a child process: importing ansible_test lowers the importing process's soft
@@ -57,6 +62,7 @@ def test_our_module_utils_imports_become_the_collection_package():
         f"from {PACKAGE}.coordinator_probe import first_line\n")
 
 
+@pytest.mark.timeout(SANITY_TIMEOUT + 60)
 def test_ansible_test_sanity_passes(tmp_path):
     collection = build(tmp_path)
     seed_pip_bootstrap(HOME)
@@ -66,7 +72,7 @@ def test_ansible_test_sanity_passes(tmp_path):
          "--color", "no"],
         cwd=collection, env={"HOME": str(HOME), "PATH": f"{VENV_BIN}:/usr/bin:/bin",
                              "LC_ALL": "C.UTF-8"},
-        capture_output=True, text=True, check=False, timeout=1200)
+        capture_output=True, text=True, check=False, timeout=SANITY_TIMEOUT)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-8000:]
     # Every test ran; none was skipped for a missing tool or requirement.
