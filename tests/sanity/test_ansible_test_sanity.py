@@ -9,12 +9,14 @@ would download from a host the test machines cannot reach comes from get_pip.py.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from lab.drive import VENV_BIN
 
@@ -60,6 +62,19 @@ def test_our_module_utils_imports_become_the_collection_package():
     assert collection_source(source, {"coordinator_probe"}) == (
         "from ansible.module_utils.basic import AnsibleModule\n"
         f"from {PACKAGE}.coordinator_probe import first_line\n")
+
+
+def test_ansible_core_is_pinned_to_the_one_installed():
+    # ansible pins only a range of ansible-core; the sanity tests' requirements are those of
+    # the ansible-core release, so requirements-dev.txt names the one they ran with.
+    pins = dict(line.split("==") for line in
+                (REPO / "requirements-dev.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    core = importlib.metadata.version("ansible-core")
+    assert (pins.get("ansible"), pins.get("ansible-core")) == (
+        importlib.metadata.version("ansible"), core)
+    wanted = [Requirement(text) for text in importlib.metadata.requires("ansible") or ()]
+    assert all(core in want.specifier for want in wanted if want.name == "ansible-core")
 
 
 @pytest.mark.timeout(SANITY_TIMEOUT + 60)
