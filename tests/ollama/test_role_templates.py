@@ -163,6 +163,20 @@ def test_linux_sandbox_opens_the_gpu_devices_it_is_given_and_a_home_models_dir(r
     assert sandbox["ReadWritePaths"] == ["/home/ai/models -/usr/share/ollama"]
 
 
+def test_linux_sandbox_opens_the_amd_devices_of_the_documented_example(render):
+    # systemd's DeviceAllow= ignores a path that is not a device node (a directory such as
+    # /dev/dri): the ROCm example of the defaults names the DRM devices by their group.
+    example = re.search(r"^#   ollama_devices: \[(.*)\] +# AMD",
+                        (ROLE / "defaults" / "main.yml").read_text(), re.MULTILINE)
+    assert example, "the defaults lost their AMD example"
+    devices = [device.strip() for device in example.group(1).split(",")]
+    assert devices == ["/dev/kfd", "char-drm"]
+    sandbox = directives(render(DEBIAN, ollama_devices=devices)["dropin"])
+    assert sandbox["DevicePolicy"] == ["closed"]
+    assert sandbox["DeviceAllow"] == ["/dev/kfd rw", "char-drm rw"]
+    assert "PrivateDevices" not in sandbox
+
+
 def test_linux_defaults(render):
     rendered = render(DEBIAN)
     derived = rendered["derived"]
