@@ -23,7 +23,6 @@ standin_core (``python3 ollama.py --port 11434``); every setting: lab/standins/R
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -427,6 +426,21 @@ class OllamaHandler(core.StandinHandler):
     def method_not_allowed(self, allowed: list[str]) -> None:
         self.send_body(405, b"405 method not allowed", "text/plain")
 
+    def model_request(self, invalid: str) -> tuple[dict[str, Any], str] | None:
+        """The JSON body and the model it names (``model``, else ``name``), or None once
+        answered: 400 ``invalid`` (``{name}`` in it: the name given, as JSON) for a missing
+        or malformed name, or an injected failure."""
+        request = self.read_request()
+        if request is None:
+            return None
+        requested = request.get("model") or request.get("name") or ""
+        if not is_model_name(requested):
+            self.send_json(400, {"error": invalid.format(name=json.dumps(requested))})
+            return None
+        if self.injected_failure(generation=False):
+            return None
+        return request, requested
+
     def read_request(self) -> dict[str, Any] | None:
         """The JSON body, or None once a 400 has been answered as Ollama words it."""
         body = self.read_body()
@@ -469,15 +483,10 @@ class OllamaHandler(core.StandinHandler):
         self.send_json(200, {"models": self.store.running()})
 
     def show(self, url: SplitResult) -> None:
-        request = self.read_request()
-        if request is None:
+        named = self.model_request("model is required")
+        if named is None:
             return
-        requested = request.get("model") or request.get("name")
-        if not is_model_name(requested):
-            self.send_json(400, {"error": "model is required"})
-            return
-        if self.injected_failure(generation=False):
-            return
+        _request, requested = named
         name = self.store.find(requested)
         if name is None:
             self.send_json(404, {"error": f"model '{requested}' not found"})
@@ -504,30 +513,20 @@ class OllamaHandler(core.StandinHandler):
         )
 
     def delete(self, url: SplitResult) -> None:
-        request = self.read_request()
-        if request is None:
+        named = self.model_request("name {name} is invalid")
+        if named is None:
             return
-        requested = request.get("model") or request.get("name") or ""
-        if not is_model_name(requested):
-            self.send_json(400, {"error": f"name {json.dumps(requested)} is invalid"})
-            return
-        if self.injected_failure(generation=False):
-            return
+        _request, requested = named
         if not self.store.remove_model(requested):
             self.send_json(404, {"error": f"model '{requested}' not found"})
             return
         self.send_body(200, b"", "text/plain; charset=utf-8")
 
     def pull(self, url: SplitResult) -> None:
-        request = self.read_request()
-        if request is None:
+        named = self.model_request("invalid model name")
+        if named is None:
             return
-        requested = request.get("model") or request.get("name")
-        if not is_model_name(requested):
-            self.send_json(400, {"error": "invalid model name"})
-            return
-        if self.injected_failure(generation=False):
-            return
+        request, requested = named
         events = self.pull_events(canonical_name(requested))
         if request.get("stream", True) is not False:
             self.start_stream("application/x-ndjson")
@@ -661,12 +660,8 @@ class OllamaHandler(core.StandinHandler):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog=NAME,
-        description="A stand-in for Ollama (not Ollama): its HTTP API with made-up, "
-        "deterministic answers; settings change at runtime with "
-        f"POST {core.CONTROL_PATH}.",
-    )
+    parser = core.command_line_parser(
+        NAME, "Ollama", "its HTTP API with made-up, deterministic answers")
     parser.add_argument(
         "--state-file",
         type=Path,

@@ -20,7 +20,6 @@ Settings, the control endpoint and how to run it: standin_core (``python3 searxn
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import html
 import time
@@ -250,12 +249,8 @@ class SearxngHandler(core.StandinHandler):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog=NAME,
-        description="A stand-in for SearXNG (not SearXNG): GET /search?q=...&format=json "
-        "answers deterministic made-up results; settings change at runtime with "
-        f"POST {core.CONTROL_PATH}.",
-    )
+    parser = core.command_line_parser(
+        NAME, "SearXNG", "GET /search?q=...&format=json answers deterministic made-up results")
     args, values = core.parse_command_line(parser, SCHEMA, DEFAULT_PORT, argv)
     core.serve(SearxngHandler, core.Store(NAME, SCHEMA, values), args.bind, args.port, "SearXNG")
 

@@ -157,6 +157,15 @@ class Store:
         """Hook run under the lock after settings changed (e.g. to persist some of them)."""
 
 
+def command_line_parser(name: str, what: str, answers: str) -> argparse.ArgumentParser:
+    """A stand-in's command line; its description says first that it is not ``what``."""
+    return argparse.ArgumentParser(
+        prog=name,
+        description=f"A stand-in for {what} (not {what}): {answers}; settings change at "
+        f"runtime with POST {CONTROL_PATH}.",
+    )
+
+
 def parse_command_line(
     parser: argparse.ArgumentParser,
     schema: Sequence[Setting],
@@ -222,24 +231,6 @@ class StandinHandler(BaseHTTPRequestHandler):
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             super().handle()
 
-    def do_GET(self) -> None:
-        self.dispatch()
-
-    def do_HEAD(self) -> None:
-        self.dispatch()
-
-    def do_POST(self) -> None:
-        self.dispatch()
-
-    def do_DELETE(self) -> None:
-        self.dispatch()
-
-    def do_PUT(self) -> None:
-        self.dispatch()
-
-    def do_PATCH(self) -> None:
-        self.dispatch()
-
     def dispatch(self) -> None:
         url = urlsplit(self.path)
         if url.path == CONTROL_PATH:
@@ -257,6 +248,9 @@ class StandinHandler(BaseHTTPRequestHandler):
             return
         self.store.count(url.path)
         getattr(self, handler)(url)
+
+    # Every method goes to the one router: it answers 404 or 405 as the real server does.
+    do_GET = do_HEAD = do_POST = do_DELETE = do_PUT = do_PATCH = dispatch
 
     def not_found(self) -> None:
         raise NotImplementedError
