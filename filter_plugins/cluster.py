@@ -104,6 +104,11 @@ def _short(digest: str | None) -> str:
     return (digest or "none")[:12]
 
 
+def _same_model(a: str | None, b: str | None) -> bool:
+    """The contract's rule (``llama3.2`` is ``llama3.2:latest``) for names that may be absent."""
+    return a == b or contract.same_model(a or "", b or "")
+
+
 def model_digest_problems(new_hosts: Iterable[str], old_hosts: Iterable[str],
                           hostvars: Mapping[str, Any],
                           override: str = "-e migrate_web_allow_other_weights=true") -> list[str]:
@@ -126,7 +131,7 @@ def model_digest_problems(new_hosts: Iterable[str], old_hosts: Iterable[str],
             if theirs.get("error") or not theirs.get("digest") or (
                     mine.get("digest") == theirs["digest"]):
                 continue
-            if mine.get("name") == theirs.get("name"):
+            if _same_model(mine.get("name"), theirs.get("name")):
                 problems.append(
                     f"same model name, other weights: {new_host} has {mine['name']} "
                     f"{_short(mine.get('digest'))}, {old_host} serves {_short(theirs['digest'])}: "
@@ -148,11 +153,18 @@ def model_summary(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str:
     return "; ".join(lines)
 
 
+def has_model(names: Iterable[str], model: str) -> bool:
+    """Whether ``model`` is among ``names`` by the contract's rule (``llama3.2`` is
+    ``llama3.2:latest``): upgrade-model.yml asks it of the models a host's workers run with."""
+    return contract.has_model(names, model)
+
+
 def hosts_to_upgrade(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
     """The hosts whose workers do not run with the model the inventory names for them yet,
     from what each published (worker_model, upgrade_model_from)."""
     return [host for host in hosts
-            if hostvars[host]["worker_model"]["name"] not in hostvars[host]["upgrade_model_from"]]
+            if not has_model(hostvars[host]["upgrade_model_from"],
+                             hostvars[host]["worker_model"]["name"])]
 
 
 def upgrade_plan(hosts: Iterable[str], hostvars: Mapping[str, Any], canary: str) -> str:
@@ -160,9 +172,11 @@ def upgrade_plan(hosts: Iterable[str], hostvars: Mapping[str, Any], canary: str)
     the one the inventory names."""
     moves = []
     for host in hosts:
-        now = ", ".join(hostvars[host]["upgrade_model_from"]) or "no worker installed"
+        serving = hostvars[host]["upgrade_model_from"]
+        now = ", ".join(serving) or "no worker installed"
         wanted = hostvars[host]["worker_model"]["name"]
-        moves.append(f"{host}: {now} (kept)" if now == wanted else f"{host}: {now} -> {wanted}")
+        kept = len(serving) == 1 and contract.same_model(serving[0], wanted)
+        moves.append(f"{host}: {now} (kept)" if kept else f"{host}: {now} -> {wanted}")
     return f"canary {canary}; " + "; ".join(moves)
 
 
@@ -272,6 +286,7 @@ class FilterModule:
             "model_digest_problems": model_digest_problems,
             "model_summary": model_summary,
             "model_probes": model_probes,
+            "has_model": has_model,
             "hosts_to_upgrade": hosts_to_upgrade,
             "upgrade_plan": upgrade_plan,
             "sample_stats": sample_stats,

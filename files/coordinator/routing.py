@@ -236,8 +236,10 @@ class Candidate:
 
 
 def serves(worker: Candidate, model: str | None) -> bool:
-    """No model requested = any worker; else a worker that registered that model."""
-    return model is None or model in worker.models
+    """No model requested = any worker; else a worker that registered that model, the names
+    compared as Ollama compares them (coordinator_contract.same_model: ``llama3.2`` is
+    ``llama3.2:latest``)."""
+    return model is None or contract.has_model(worker.models, model)
 
 
 def choose_worker(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
-from coordinator_contract import DEFAULT_WORKER
+from coordinator_contract import DEFAULT_WORKER, has_model
 from psycopg.rows import dict_row
 from redis.exceptions import RedisError
 
@@ -272,7 +272,7 @@ class Tasks:
             if known.kind != "inference":
                 raise RequestError(409, f"worker {req.worker!r} is a {known.kind} worker: "
                                         f"{req.task_type} needs an inference worker")
-            if req.model is not None and req.model not in known.models:
+            if req.model is not None and not has_model(known.models, req.model):
                 serves = ", ".join(known.models) or "only its default model"
                 raise RequestError(409, f"worker {req.worker!r} does not serve model "
                                         f"{req.model!r} (it serves: {serves}): pick another "

@@ -81,6 +81,12 @@ def test_model_choice_and_least_loaded(server: ServerThread, backends: Backends,
         assert sorted(a["queue"] for a in spread) == ["tasks:cpu:a"] * 3 + ["tasks:cpu:b"]
         nobody = route(client, prompt="p", task_type="chat", model="mistral")
         assert nobody["queue"] is None and "mistral" in nobody["note"]
+        # Model names match as Ollama matches them: mistral is mistral:latest, for the task
+        # that waited and for one routed to that worker by name.
+        assert make_worker(server, "c", models=("mistral:latest",)).register()["dispatched"] == 1
+        assert backends.task(nobody["task_id"])["queue"] == "tasks:cpu:c"
+        named = route(client, prompt="p", task_type="chat", model="mistral", worker="c")
+        assert named["queue"] == "tasks:cpu:c"
 
 
 def test_named_worker(start_server, backends: Backends, make_worker) -> None:

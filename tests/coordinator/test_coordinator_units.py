@@ -37,6 +37,7 @@ from coordinator.routing import (
     inference_queue_of,
     parse_route_request,
     registered_queues,
+    serves,
 )
 from coordinator.schema import MIGRATIONS, pending
 
@@ -256,6 +257,31 @@ def test_choose_worker_least_loaded_and_model() -> None:
     assert choose_worker([a, b], "llama", {}, exclude=["a"]) == b
     assert choose_worker([a], "llama", {}, exclude=["a"]) == a  # nothing else fits
     assert choose_worker([], None, {}) is None
+
+
+@pytest.mark.parametrize(("registered", "requested"), [
+    ("llama3.2:latest", "llama3.2"),
+    ("llama3.2", "llama3.2:latest"),
+    ("llama3.2", "library/llama3.2"),
+    ("llama3.2:3b", "registry.ollama.ai/library/llama3.2:3b"),
+    ("hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M", "hf.co/liquidai/lfm2.5-1.2b-jp-gguf:q4_k_m"),
+])
+def test_a_worker_serves_a_model_by_any_of_its_names(registered: str, requested: str) -> None:
+    # Ollama's rule (coordinator_contract.same_model), not string equality.
+    assert contract.same_model(registered, requested)
+    worker = Candidate("a", "tasks:cpu:a", (registered,))
+    assert serves(worker, requested)
+    assert choose_worker([worker], requested, {}) == worker
+    reg = Registry()
+    reg.replace([KnownWorker("a", "h", "inference", "tasks:cpu:a", (registered,), 1e18)], {})
+    assert reg.pick(requested).worker_id == "a"
+
+
+@pytest.mark.parametrize("requested", ["llama3.2:3b", "llama3", "other/llama3.2", "llama3.2 x"])
+def test_another_tag_namespace_or_no_name_is_another_model(requested: str) -> None:
+    worker = Candidate("a", "tasks:cpu:a", ("llama3.2:latest",))
+    assert not serves(worker, requested)
+    assert choose_worker([worker], requested, {}) is None
 
 
 def test_registry_spreads_a_burst() -> None:

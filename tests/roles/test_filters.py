@@ -8,7 +8,9 @@ from pathlib import Path
 from types import ModuleType
 
 import coordinator_contract as contract
+import jinja2
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -303,6 +305,39 @@ def test_hosts_to_upgrade_plan_and_summary_rows():
         f"a | new | {'d' * 12} | 0.40/0.50 | 0.41/0.52 | 0% | kept",
         f"b | new | {'e' * 12} | -/- | -/- | - | already on it",
         "c | - | none | -/- | -/- | - | not reached"]
+
+
+def test_upgrades_match_model_names_by_the_contracts_rule():
+    # llama3.2 is llama3.2:latest (coordinator_contract.same_model): a host already serving
+    # it is not upgraded again, and the plan says it is kept.
+    hostvars = {
+        "a": {"worker_model": {"name": "llama3.2"}, "upgrade_model_from": ["llama3.2:latest"]},
+        "b": {"worker_model": {"name": "Llama3.2:latest"}, "upgrade_model_from": ["llama3.2"]},
+        "c": {"worker_model": {"name": "llama3.2:3b"}, "upgrade_model_from": ["llama3.2"]},
+    }
+    assert cluster.has_model(["llama3.2:latest"], "llama3.2")
+    assert not cluster.has_model(["llama3.2:1b"], "llama3.2")
+    assert cluster.hosts_to_upgrade(["a", "b", "c"], hostvars) == ["c"]
+    assert cluster.upgrade_plan(["a", "b", "c"], hostvars, "c") == (
+        "canary c; a: llama3.2:latest (kept); b: llama3.2 (kept); c: llama3.2 -> llama3.2:3b")
+
+
+@pytest.mark.parametrize(("wanted", "serving", "switch"), [
+    ("llama3.2", ["llama3.2:latest"], False),
+    ("llama3.2:latest", ["llama3.2"], False),
+    ("llama3.2:3b", ["llama3.2"], True),
+    ("llama3.2", [], True),
+])
+def test_upgrade_model_switches_only_to_another_model(wanted, serving, switch):
+    # The playbook's own expression, rendered with the playbooks' filters.
+    plays = yaml.safe_load((REPO / "upgrade-model.yml").read_text())
+    (expression,) = {play["vars"]["upgrade_model__switch"] for play in plays
+                     if "upgrade_model__switch" in play.get("vars", {})}
+    env = jinja2.Environment()
+    env.filters.update(cluster.FilterModule().filters())
+    rendered = env.from_string(expression).render(
+        worker_model={"name": wanted}, upgrade_model_from=serving)
+    assert rendered == str(switch)
 
 
 pg_role = load(REPO / "roles" / "postgresql_access" / "filter_plugins" / "pg_hba.py")

@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
-from .conftest import HERE, run
+from .conftest import HERE, REPO, run
 
 PLAYBOOK = HERE / "playbooks" / "darwin.yml"
 WEB_LABEL = "jp.mapleharp.coordinator-web-worker"
 INFER_LABEL = "jp.mapleharp.coordinator-inference-worker"
 BOTH = [{"name": "web-worker", "kind": "web"}, {"name": "inference-worker", "kind": "inference"}]
+# The play sets no model: the workers run with the role's default.
+ROLE_DEFAULTS = yaml.safe_load((REPO / "roles" / "worker" / "defaults" / "main.yml").read_text())
 
 
 def play(home: Path, instances: list[dict], entry: str = "darwin", **extra: object) -> str:
@@ -116,7 +119,7 @@ def test_plist_has_every_key_and_the_environment(runs):
                   "password='pg pass with \\'quote\\' & <xml>'",
         "SEARXNG_URL": "http://10.89.20.1:8888",
         "OLLAMA_HOST": "http://localhost:11434",
-        "OLLAMA_MODEL": "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M",
+        "OLLAMA_MODEL": ROLE_DEFAULTS["worker_ollama_model"],
         "COORDINATOR_URL": "http://10.89.20.40:8000",
         "COORDINATOR_TOKEN": "token-secret",
         "WORKER_ID": "web-worker-macbookair",

@@ -60,8 +60,7 @@ def test_inference_model_missing(web_env, start_worker, ollama):
     assert worker.wait_exit() == 1
     assert error_of(worker) == (
         f"Ollama check FAILED at {ollama.url}: model qwen3:8b is not there (it has: "
-        "hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M); fix: run `ollama pull qwen3:8b` on "
-        "host-infer-c")
+        f"{MODEL}); fix: run `ollama pull qwen3:8b` on host-infer-c")
 
 
 def test_chat_and_summarize_with_the_tasks_model_or_the_default(web_env, start_worker,
