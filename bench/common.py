@@ -11,7 +11,6 @@ Coordinator's real worker (files/worker_base.py) whose work returns at once; run
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import signal
@@ -20,8 +19,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -34,6 +34,7 @@ import psycopg  # noqa: E402
 import route_bench  # noqa: E402  (its keep-alive HTTP client and helpers)
 import worker_base  # noqa: E402
 
+from lab.processes import stop_process  # noqa: E402
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port  # noqa: E402
 
 percentile = route_bench.percentile
@@ -59,6 +60,15 @@ class NoopWorker(worker_base.Worker):
 
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def exit_with(main: Callable[[], int]) -> NoReturn:
+    """A benchmark's entry point: exit with ``main()``'s status, or 130 on Ctrl-C (as a
+    shell reports an interrupted program), without a traceback."""
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 def stop_on_sigterm() -> None:
@@ -149,13 +159,7 @@ class Lab:
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGINT (each program's clean stop), then SIGKILL to its whole process group, which
         also takes children it left behind (Celery's pool, RQ's work horses)."""
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: pgid == pid, only ours
-        proc.wait()
+        stop_process(proc, 15, signal.SIGINT, group=True)
 
     def cpu_parts(self) -> dict[str, list[int]]:
         """Root process ids of each part, for ``cpu_by_part``."""

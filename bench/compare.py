@@ -313,7 +313,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["celery-worker"]:
         celery_worker_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         sys.exit(0)
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    common.exit_with(main)

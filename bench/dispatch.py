@@ -18,7 +18,6 @@ docs/benchmarks.md come from:
 from __future__ import annotations
 
 import argparse
-import sys
 
 import common
 
@@ -98,7 +97,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    common.exit_with(main)

@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.url:
             url = args.url.rstrip("/")
         else:
+            from lab.processes import stop_process
             from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
             print("starting throwaway PostgreSQL (fsync %s) and Redis ..."
@@ -228,11 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if ok == args.tasks else 1
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, 15, signal.SIGINT)
         for cleanup in reversed(stack):
             cleanup()
 

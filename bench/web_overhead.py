@@ -148,7 +148,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
         sys.exit(timed_worker(sys.argv[2]))
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    common.exit_with(main)

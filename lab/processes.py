@@ -5,6 +5,7 @@ output in a file (``Process``), a stand-in server (``Standin``) and the Coordina
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -42,6 +43,24 @@ def soft_open_files(limit: int | None) -> Callable[[], None] | None:
         resource.setrlimit(resource.RLIMIT_NOFILE,
                            (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     return lower
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 15,
+                 signum: int = signal.SIGTERM, group: bool = False) -> int:
+    """Stop ``proc`` and return its exit status: ``signum`` (its clean stop), then SIGKILL
+    after ``grace`` seconds (0: SIGKILL at once). ``group``: SIGKILL its whole process group
+    at the end in any case, which also takes children it left behind; for a process started
+    in a session of its own (pgid == pid), so only ours."""
+    if proc.poll() is None:
+        proc.send_signal(signum if grace else signal.SIGKILL)
+        try:
+            proc.wait(grace or 10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if group:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait(10)
 
 
 class Process:
@@ -85,14 +104,7 @@ class Process:
 
     def stop(self, grace: float = 15) -> None:
         """SIGTERM, and SIGKILL after ``grace`` seconds (0: at once)."""
-        if not self.alive():
-            return
-        self.proc.send_signal(signal.SIGTERM if grace else signal.SIGKILL)
-        try:
-            self.proc.wait(grace or 10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_process(self.proc, grace)
 
 
 class Standin:

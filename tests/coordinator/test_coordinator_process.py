@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
+from lab.processes import stop_process
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
 from .coordkit import Backends, ServerThread, coordinator_process, wait_for
@@ -34,14 +35,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 
 def stop(proc: subprocess.Popen) -> tuple[int, str]:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    return proc.returncode, proc.stderr.read()
+    """SIGTERM (SIGKILL after 20 s); its exit status and what it wrote to stderr."""
+    return stop_process(proc, grace=20), proc.stderr.read()
 
 
 @pytest.fixture
