@@ -46,6 +46,16 @@ def test_home_inventory_is_the_cluster_of_the_design():
     assert mac["cluster_model"] == DEFAULT_MODEL
 
 
+def test_the_molecule_worker_scenario_asks_for_the_model_its_stand_in_has():
+    # molecule/worker keeps its own cluster.yml (its comment says why): its model must be the
+    # one lab/prepare.yml's stand-in Ollama has, or its inference worker does not start.
+    wiring = yaml.safe_load(
+        (REPO / "molecule" / "worker" / "inventory" / "group_vars" / "all" / "cluster.yml")
+        .read_text())
+    assert wiring["molwk_model"] == DEFAULT_MODEL
+    assert wiring["worker_ollama_model"] == "{{ molwk_model }}"
+
+
 def test_lab_inventory_has_the_same_shape_on_containers():
     data = inventory("lab")
     hostvars = data["_meta"]["hostvars"]
