@@ -17,17 +17,9 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.hashing import secure_hash
 
-CHUNK = 1 << 20
 DEFAULT_EXCLUDE = ("__pycache__", "*.pyc")
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def excluded(relpath: str, patterns: list[str] | tuple[str, ...]) -> bool:
@@ -69,7 +61,7 @@ def build_manifest(
             raise AnsibleActionFail(
                 f"sync_tree: {relpath!r} is not a file in {src}; fix files or src"
             )
-        manifest[relpath] = file_sha256(path)
+        manifest[relpath] = secure_hash(path, hashlib.sha256)
     if not manifest:
         raise AnsibleActionFail(
             f"sync_tree: no file to ship from {src}; check src, files and exclude"
