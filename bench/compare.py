@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Benchmark the Coordinator against Celery and RQ: the same no-op tasks, same machine, same run.
+"""Benchmark the Coordinator against Celery, RQ, procrastinate and Dramatiq: the same no-op
+tasks, same machine, same run.
 
 One throwaway PostgreSQL (fsync and synchronous_commit on) and one throwaway Redis serve all
-four systems, measured in turn for K rounds (ours, celery-pg, celery-redis, rq, ours, ...):
+six systems, measured in turn for K rounds (ours, celery-pg, celery-redis, rq, procrastinate,
+dramatiq, ours, ...):
 
 - ours: ``POST /route`` from C keep-alive clients, W no-op workers (bench/common.py: the real
   files/worker_base.py machinery); every task is a row in ``tasks`` with its timestamps.
@@ -10,15 +12,28 @@ four systems, measured in turn for K rounds (ours, celery-pg, celery-redis, rq, 
   PostgreSQL (``db+postgresql://``), the closest Celery has to our durable record.
 - celery-redis: Celery with Redis as broker and result backend.
 - rq: RQ as it comes (``rq worker``, which forks a work horse per job).
+- procrastinate: procrastinate's own worker (``App.run_worker``, concurrency 1, LISTEN/NOTIFY
+  on) and an ``async`` no-op task, its schema applied with its own ``SchemaManager`` to a
+  database of its own (``procrastinate``) on the same PostgreSQL: a durable job row, as ours.
+- dramatiq: Dramatiq with its Redis broker and its ``Results`` middleware on the Redis
+  backend (one result write per task, as celery-redis), run by its own ``dramatiq`` command
+  with ``--processes W --threads 1`` (one task at a time per process, as every other
+  system here; ``--dramatiq-threads`` to change it).
 
 Each system runs W worker processes (Celery: one prefork worker with concurrency W), started
 before its measurement and stopped after it. N tasks are submitted as fast as the producer
-can (Celery and RQ from 8 threads calling ``apply_async`` / ``enqueue``), then the script
-waits for every result. Figures per system: tasks/s (first created → last done) and p50/p99
-of created → done, where "created" is when the system first records the task (our row's
-``created_at``; the client's clock just before ``apply_async``; RQ's ``enqueued_at``) and
-"done" is the result's own timestamp (``finished_at``, ``date_done``, ``ended_at``). It
-prints our figure over theirs, round by round. The figures in docs/benchmarks.md come from:
+can (the peers from 8 threads calling ``apply_async`` / ``enqueue`` / ``defer`` / ``send``),
+then the script waits for every result. Figures per system: tasks/s (first created → last
+done) and p50/p99 of created → done, where "created" is when the system first records the
+task (our row's ``created_at``; the client's clock just before ``apply_async``; RQ's
+``enqueued_at``; procrastinate's ``deferred`` event; Dramatiq's ``message_timestamp``, in
+milliseconds, taken by the client as it builds the message) and "done" is the result's own
+timestamp (``finished_at``, ``date_done``, ``ended_at``, procrastinate's ``succeeded`` event;
+Dramatiq records none, so its no-op returns ``time.time()`` as it ends, and that result,
+stored by its Results backend, is the "done"). procrastinate's events are stamped with
+``now()``, the start of the transaction that writes them. It prints our figure over theirs,
+round by round, with the median and the spread (lowest to highest round). The figures in
+docs/benchmarks.md come from:
 
     .venv/bin/python bench/compare.py --tasks 2000 --workers 4 --rounds 3
 """
@@ -27,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -40,9 +56,10 @@ import common
 import psycopg
 import redis
 
-SYSTEMS = ("ours", "celery-pg", "celery-redis", "rq")
+SYSTEMS = ("ours", "celery-pg", "celery-redis", "rq", "procrastinate", "dramatiq")
 PRODUCER_THREADS = 8
-CELERY_DB, RQ_DB = 1, 2  # Redis databases, apart from ours (0)
+CELERY_DB, RQ_DB, DRAMATIQ_DB = 1, 2, 3  # Redis databases, apart from ours (0)
+PROCRASTINATE_DATABASE = "procrastinate"  # on the same PostgreSQL server as ours
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,6 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", "-c", type=int, default=32,
                    help="concurrent POST /route clients (ours)")
     p.add_argument("--warmup", type=int, default=200, help="tasks first, not counted")
+    p.add_argument("--dramatiq-threads", type=int, default=1,
+                   help="worker threads per Dramatiq process (its own default is 8)")
     return p.parse_args(argv)
 
 
@@ -83,6 +102,49 @@ def celery_app(broker: str, backend: str) -> Any:
 
 def noop_name(backend: str) -> str:
     return f"compare.noop.{backend.split(':', 1)[0]}"
+
+
+def procrastinate_app(dsn: str, pool_size: int | None = None) -> Any:
+    """procrastinate's app and no-op task; ``pool_size`` connections (default: its own)."""
+    import procrastinate
+
+    # Its warning that the app lives in __main__ is about finding tasks by import path; each
+    # process here registers the task itself, by name.
+    logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
+    sizes = {} if pool_size is None else {"min_size": pool_size, "max_size": pool_size}
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, **sizes))
+
+    @app.task(name="compare.noop", queue="bench")
+    async def noop() -> str:
+        return "ok"
+
+    return app
+
+
+def dramatiq_setup(url: str | None = None) -> Any:
+    """Dramatiq's broker on ``url`` (by default $COMPARE_DRAMATIQ_URL) with the Results
+    middleware, and the no-op actor: what ``dramatiq compare:dramatiq_setup`` loads in each
+    worker process."""
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+    from dramatiq.results import Results
+    from dramatiq.results.backends import RedisBackend
+
+    url = url or os.environ["COMPARE_DRAMATIQ_URL"]
+    broker = RedisBroker(url=url)
+    backend = RedisBackend(url=url)
+    broker.add_middleware(Results(backend=backend))
+    dramatiq.set_broker(broker)
+
+    @dramatiq.actor(actor_name="compare_noop", queue_name="bench", store_results=True)
+    def noop() -> float:
+        return time.time()  # Dramatiq keeps no end time of its own: this is "done"
+
+    return broker, backend, noop
+
+
+def procrastinate_worker_main(dsn: str) -> None:
+    procrastinate_app(dsn).run_worker(queues=["bench"], concurrency=1, wait=True)
 
 
 def rq_worker_main(url: str) -> None:
@@ -123,9 +185,10 @@ def utc_seconds(value: datetime | str) -> float:
     return value.timestamp()
 
 
-def produce(n: int, submit: Callable[[], str]) -> tuple[list[str], list[float]]:
-    """Call ``submit`` n times from PRODUCER_THREADS threads; ids and submit times."""
-    def share(count: int) -> list[tuple[str, float]]:
+def produce(n: int, submit: Callable[[], Any]) -> tuple[list[Any], list[float]]:
+    """Call ``submit`` n times from PRODUCER_THREADS threads; what each call returned (an id,
+    a message) and the client's time just before it."""
+    def share(count: int) -> list[tuple[Any, float]]:
         out = []
         for _ in range(count):
             t = time.time()
@@ -155,6 +218,8 @@ class Runner:
         pw, port = lab.redis.password, lab.redis.port
         self.celery_broker = f"redis://:{pw}@127.0.0.1:{port}/{CELERY_DB}"
         self.rq_url = f"redis://:{pw}@127.0.0.1:{port}/{RQ_DB}"
+        self.dramatiq_url = f"redis://:{pw}@127.0.0.1:{port}/{DRAMATIQ_DB}"
+        self.procrastinate_dsn = ""  # its database is made at its first round
         self.celery_backends = {
             "celery-pg": (f"db+postgresql+psycopg2://coordinator:{lab.pg.password}"
                           f"@127.0.0.1:{lab.pg.port}/coordinator"),
@@ -162,6 +227,7 @@ class Runner:
         }
         self.rounds = 0
         self.celery_apps: dict[str, Any] = {}
+        self.dramatiq_parts: tuple[Any, Any, Any] | None = None
 
     def timeout(self, n: int) -> float:
         return max(120.0, n / 20)
@@ -265,6 +331,77 @@ class Runner:
                 self.lab.stop(proc)
             client.close()
 
+    def procrastinate(self, n: int) -> dict[str, float]:
+        if not self.procrastinate_dsn:
+            assert self.lab.pg is not None
+            self.procrastinate_dsn = self.lab.pg.database(PROCRASTINATE_DATABASE)
+            with procrastinate_app(self.procrastinate_dsn, 1).open() as app:
+                app.schema_manager.apply_schema()
+        procs = [self.lab.spawn(f"procrastinate-{self.rounds}-{i}",
+                                [sys.executable, __file__, "procrastinate-worker",
+                                 self.procrastinate_dsn], os.environ.copy(), cwd=common.BENCH)
+                 for i in range(self.args.workers)]
+        app = procrastinate_app(self.procrastinate_dsn, PRODUCER_THREADS).open()
+        noop = app.tasks["compare.noop"]
+        try:
+            with psycopg.connect(self.procrastinate_dsn, autocommit=True) as conn:
+                # The warm-up also waits for the workers to be up.
+                for count in (self.args.warmup, n):
+                    ids, _ = produce(count, noop.defer)
+                    wait_until("procrastinate", lambda i=ids: conn.execute(
+                        "SELECT count(*) FROM procrastinate_jobs WHERE id = ANY(%s)"
+                        " AND status = 'succeeded'", (i,)).fetchone()[0], count,
+                        self.timeout(count))
+                rows = conn.execute(
+                    "SELECT job_id, type::text, extract(epoch FROM at)::float8"
+                    " FROM procrastinate_events WHERE job_id = ANY(%s)"
+                    " AND type IN ('deferred', 'succeeded')", (ids,)).fetchall()
+            at = {(job, kind): t for job, kind, t in rows}
+            return figures([at[i, "deferred"] for i in ids], [at[i, "succeeded"] for i in ids])
+        finally:
+            app.close()
+            for proc in procs:
+                self.lab.stop(proc)
+
+    def dramatiq(self, n: int) -> dict[str, float]:
+        if self.dramatiq_parts is None:
+            self.dramatiq_parts = dramatiq_setup(self.dramatiq_url)
+        _broker, backend, noop = self.dramatiq_parts
+        env = dict(os.environ, PYTHONPATH=str(common.BENCH), COMPARE_DRAMATIQ_URL=self.dramatiq_url)
+        proc = self.lab.spawn(
+            f"dramatiq-{self.rounds}",
+            [sys.executable, "-m", "dramatiq", "compare:dramatiq_setup", "--queues", "bench",
+             "--processes", str(self.args.workers), "--threads", str(self.args.dramatiq_threads)],
+            env, cwd=common.BENCH)
+        client = redis.Redis.from_url(self.dramatiq_url)
+        try:
+            # The warm-up also waits for the workers to be up.
+            for count in (self.args.warmup, n):
+                messages, _ = produce(count, noop.send)
+                keys = [backend.build_message_key(m) for m in messages]
+                wait_until("dramatiq", lambda k=keys: client.exists(*k), count,
+                           self.timeout(count))
+            done = [backend.unwrap_result(backend.encoder.decode(raw))
+                    for raw in self._dramatiq_results(client, keys)]
+            return figures([m.message_timestamp / 1000 for m in messages], done)
+        finally:
+            self.lab.stop(proc)
+            client.close()
+
+    @staticmethod
+    def _dramatiq_results(client: redis.Redis, keys: list[str]) -> list[bytes]:
+        with client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.lindex(key, 0)
+            return pipe.execute()
+
+
+def ratio(rounds: list[float]) -> str:
+    """The median of the round-by-round ratios, their spread and each round's."""
+    spread = f" (spread ×{min(rounds):.2f}–{max(rounds):.2f})" if len(rounds) > 1 else ""
+    return (f"×{statistics.median(rounds):.2f}{spread} "
+            f"[rounds {', '.join(f'{x:.2f}' for x in rounds)}]")
+
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -286,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                 load = common.load_average()
                 f = runner.run(system, args.tasks)
                 results[system].append(f)
-                print(f"round {round_no} {system:12} {f['throughput']:7.0f} tasks/s   "
+                print(f"round {round_no} {system:13} {f['throughput']:7.0f} tasks/s   "
                       f"created→done p50 {common.ms(f['p50'])}  p99 {common.ms(f['p99'])}"
                       f"   load {load}", flush=True)
     if "ours" in systems:
@@ -296,12 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             if other == "ours":
                 continue
             pairs = list(zip(results["ours"], results[other], strict=True))
-            tp = [o["throughput"] / t["throughput"] for o, t in pairs]
-            p50 = [o["p50"] / t["p50"] for o, t in pairs]
-            p99 = [o["p99"] / t["p99"] for o, t in pairs]
-            print(f"  vs {other:12} throughput ×{statistics.median(tp):.2f} "
-                  f"(rounds {', '.join(f'{x:.2f}' for x in tp)})   latency p50 "
-                  f"×{statistics.median(p50):.2f}  p99 ×{statistics.median(p99):.2f}")
+            tp, p50, p99 = ([o[key] / t[key] for o, t in pairs]
+                            for key in ("throughput", "p50", "p99"))
+            print(f"  vs {other:13} throughput  {ratio(tp)}\n"
+                  f"  {'':16} latency p50 {ratio(p50)}\n  {'':16} latency p99 {ratio(p99)}")
     print(f"after: {common.uptime()}")
     return 0
 
@@ -312,5 +447,8 @@ if __name__ == "__main__":
         sys.exit(0)
     if sys.argv[1:2] == ["celery-worker"]:
         celery_worker_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        sys.exit(0)
+    if sys.argv[1:2] == ["procrastinate-worker"]:
+        procrastinate_worker_main(sys.argv[2])
         sys.exit(0)
     common.exit_with(main)
