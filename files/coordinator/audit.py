@@ -15,19 +15,11 @@ from dataclasses import dataclass, field
 
 import psycopg
 import psycopg_pool
+from psycopg.rows import class_row
+
+from . import queries as q
 
 ACTIONS = ("retry", "cancel", "drain", "undrain")
-
-INSERT = (
-    "INSERT INTO audit (actor, action, target, idempotency_key)"
-    " VALUES (%(actor)s, %(action)s, %(target)s, %(key)s)"
-    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
-)
-EARLIER = "SELECT action, target, ok, result FROM audit WHERE idempotency_key = %(key)s"
-FINISH = "UPDATE audit SET ok = %(ok)s, result = %(result)s WHERE id = %(id)s"
-#: The transaction-local settings the timeline triggers read (schema version 4).
-SET_TRANSITION = ("SELECT set_config('coordinator.reason', %(reason)s, true),"
-                  " set_config('coordinator.event', %(event)s, true)")
 
 
 class NotFound(Exception):
@@ -57,26 +49,27 @@ async def perform(pool: psycopg_pool.AsyncConnectionPool, actor: str, action: st
     """Run ``effect`` and record it; None when its target does not exist (recorded too)."""
     params = {"actor": actor, "action": action, "target": target, "key": key}
     async with pool.connection() as conn, conn.transaction():
-        cur = await conn.execute(INSERT, params)
-        row = await cur.fetchone()
-        if row is None:
-            cur = await conn.execute(EARLIER, params)
+        cur = conn.cursor(row_factory=class_row(q.AuditRecord))
+        await cur.execute(q.RECORD_ACTION, params)
+        record = await cur.fetchone()
+        if record is None:
+            cur = conn.cursor(row_factory=class_row(q.EarlierAction))
+            await cur.execute(q.EARLIER_ACTION, params)
             earlier = await cur.fetchone()
-            if earlier[:2] != (action, target):
-                raise KeyReused(f"the idempotency key {key!r} was used for {earlier[0]} "
-                                f"{earlier[1]}: send a new key for each action")
-            return Outcome(bool(earlier[2]), f"done once already: {earlier[3]}",
+            if (earlier.action, earlier.target) != (action, target):
+                raise KeyReused(f"the idempotency key {key!r} was used for {earlier.action} "
+                                f"{earlier.target}: send a new key for each action")
+            return Outcome(bool(earlier.ok), f"done once already: {earlier.result}",
                            repeated=True)
-        audit_id = row[0]
         try:
             async with conn.transaction():
                 done = await effect(conn)
         except NotFound:
-            await conn.execute(FINISH, {"ok": False, "result": "no such target",
-                                        "id": audit_id})
+            await conn.execute(q.FINISH_ACTION, {"ok": False, "result": "no such target",
+                                                 "id": record.id})
             return None
-        await conn.execute(FINISH, {"ok": done.changed, "result": done.message,
-                                    "id": audit_id})
+        await conn.execute(q.FINISH_ACTION, {"ok": done.changed, "result": done.message,
+                                             "id": record.id})
     return Outcome(done.changed, done.message, done.pushes)
 
 
@@ -84,4 +77,4 @@ async def set_transition(conn: psycopg.AsyncConnection, reason: str | None,
                          event: str | None = None) -> None:
     """Name the reason (and the event) the timeline records for this transaction's next
     transitions."""
-    await conn.execute(SET_TRANSITION, {"reason": reason or "", "event": event or ""})
+    await conn.execute(q.SET_TRANSITION, {"reason": reason or "", "event": event or ""})

@@ -1,6 +1,6 @@
 """The SQL of the Coordinator's requests, by name, and the rows they answer.
 
-Every statement the tasks, workers and stats parts run is here, with a row type where its
+Every statement the tasks, workers, stats and audit parts run is here, with a row type where its
 columns are read (psycopg's ``class_row``), so no caller reads a row by position. The
 guarded transitions of the task state machine are in ``statemachine`` (the Coordinator's)
 and ``coordinator_contract`` (the workers'); the Reaper keeps its own queries.
@@ -218,6 +218,40 @@ WORKER_QUEUES = f"SELECT DISTINCT unnest(queues) FROM workers WHERE {WORKER_ALIV
 WORKERS_BY_KIND = (f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
                    f" count(*) FILTER (WHERE {WORKER_ALIVE} AND drain_requested_at IS NOT NULL),"
                    " count(*) FILTER (WHERE duplicate) FROM workers GROUP BY kind")
+
+
+# -- operator actions (audit.perform) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    id: int
+
+
+#: Records an action; answers an AuditRecord, or nothing when its idempotency key was used.
+RECORD_ACTION = (
+    "INSERT INTO audit (actor, action, target, idempotency_key)"
+    " VALUES (%(actor)s, %(action)s, %(target)s, %(key)s)"
+    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+)
+
+
+@dataclass(frozen=True)
+class EarlierAction:
+    """The action an idempotency key was first used for, and how it ended."""
+
+    action: str
+    target: str
+    ok: bool | None
+    result: str | None
+
+
+EARLIER_ACTION = ("SELECT action, target, ok, result FROM audit"
+                  " WHERE idempotency_key = %(key)s")
+FINISH_ACTION = "UPDATE audit SET ok = %(ok)s, result = %(result)s WHERE id = %(id)s"
+#: The transaction-local settings the timeline triggers read (schema version 4).
+SET_TRANSITION = ("SELECT set_config('coordinator.reason', %(reason)s, true),"
+                  " set_config('coordinator.event', %(event)s, true)")
 
 
 def iso(value: datetime | None) -> str | None:
