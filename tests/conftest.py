@@ -50,8 +50,31 @@ def pg() -> Iterator[ThrowawayPostgres]:
         yield server
 
 
+# The Redis servers, one per kind of use: a Coordinator's Reaper pushes the queued tasks of its
+# database into its Redis, so a Coordinator that outlives a test has a Redis no other database's
+# Coordinator or worker uses.
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[ThrowawayRedis]:
+    """The Redis of the session's database (the Coordinators and workers of tests/workers and
+    tests/fuzz, which run for the session)."""
+    with ThrowawayRedis() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def coord_redis() -> Iterator[ThrowawayRedis]:
+    """The Redis of the suites whose in-process Coordinators live for a test or a module and
+    that empty it before each test (tests/coordinator, tests/browser)."""
+    with ThrowawayRedis() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def probe_redis() -> Iterator[ThrowawayRedis]:
+    """The Redis of the coordinator_task tests' session Coordinator: the ids they leave in
+    tasks:web reach no real worker of another suite."""
     with ThrowawayRedis() as server:
         yield server
 

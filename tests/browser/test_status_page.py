@@ -1,15 +1,15 @@
 """The Coordinator's status page in a real browser: log in, watch tasks and workers, filter,
 retry a failed task and drain a worker from the page, and the page at a phone's size.
 
-One Coordinator (with a token) serves the module, in-process, on a database and a Redis
-server of its own; each test starts from empty tables and queues. Workers are the fake ones
+One Coordinator (with a token) serves the module, in-process, on a database of its own and
+the Redis the Coordinator tests use (``coord_redis``); each test starts from empty tables and
+queues. Workers are the fake ones
 of tests/coordinator (plain SQL and Redis). The page has no JavaScript: the tests reload it
 as a person would.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlsplit
@@ -23,9 +23,8 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port, wait_until
 
-from ..conftest import create_schema
 from ..coordinator.coordkit import Backends, FakeWorker, ServerThread
 from .conftest import phone, wait_for_text
 
@@ -40,17 +39,8 @@ EMPTIED = ("audit", "task_transitions", "tasks", "worker_instances", "workers")
 
 
 @pytest.fixture(scope="module")
-def redis_module() -> Iterator[ThrowawayRedis]:
-    with ThrowawayRedis() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def backends_module(pg: ThrowawayPostgres, redis_module: ThrowawayRedis) -> Backends:
-    dsn = pg.database(DB)
-    create_schema(dsn)
-    admin = pg.admin_dsn.replace("dbname=coordinator ", f"dbname={DB} ")
-    return Backends(dsn, admin, redis_module.port, redis_module.password)
+def backends_module(pg: ThrowawayPostgres, coord_redis: ThrowawayRedis) -> Backends:
+    return Backends.create(pg, coord_redis, DB)
 
 
 @pytest.fixture(scope="module")
@@ -138,16 +128,17 @@ def ui(browser: webdriver.Chrome, server: ServerThread, backends: Backends
 def reload_until(browser: webdriver.Chrome, found: Callable[[], object], what: str,
                  timeout: float = 10.0, interval: float = 0.2) -> object:
     """Reload the page (as a person presses F5) until ``found()`` is truthy; its value."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def reloaded() -> object:
         value = found()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not on the page after {timeout} s of reloads "
-                                 f"({browser.current_url})")
-        time.sleep(interval)
-        browser.refresh()
+        if not value:
+            browser.refresh()
+        return value
+
+    try:
+        return wait_until(reloaded, timeout, what, interval)
+    except TimeoutError:
+        raise AssertionError(f"{what}: not on the page after {timeout} s of reloads "
+                             f"({browser.current_url})") from None
 
 
 def wait_for(browser: webdriver.Chrome, selector: str, timeout: float = 10.0) -> WebElement:

@@ -1,5 +1,6 @@
 """Fixtures of the Coordinator tests: a database of their own on the session's throwaway
-PostgreSQL, a Redis server of their own, and in-process coordinators."""
+PostgreSQL, the Redis server they share with tests/browser (``coord_redis``, emptied for each
+test), and in-process coordinators."""
 
 from __future__ import annotations
 
@@ -9,24 +10,14 @@ import pytest
 
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
-from ..conftest import create_schema
 from .coordkit import Backends, FakeWorker, ServerThread
 
 DB = "coordinator_tests"
 
 
 @pytest.fixture(scope="session")
-def coord_redis() -> Iterator[ThrowawayRedis]:
-    with ThrowawayRedis() as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
 def backends_session(pg: ThrowawayPostgres, coord_redis: ThrowawayRedis) -> Backends:
-    dsn = pg.database(DB)
-    create_schema(dsn)
-    admin = pg.admin_dsn.replace("dbname=coordinator ", f"dbname={DB} ")
-    return Backends(dsn, admin, coord_redis.port, coord_redis.password)
+    return Backends.create(pg, coord_redis, DB)
 
 
 @pytest.fixture

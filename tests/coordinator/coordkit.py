@@ -21,7 +21,9 @@ import uvicorn
 
 from coordinator.app import create_app
 from coordinator.config import Config, load_config
-from lab.throwaway import wait_until
+from lab.throwaway import DB_NAME, ThrowawayPostgres, ThrowawayRedis, wait_until
+
+from ..conftest import create_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ROOT / "files"
@@ -81,6 +83,14 @@ class Backends:
         self.admin_dsn = admin_dsn
         self.redis_port = redis_port
         self.redis_password = redis_password
+
+    @classmethod
+    def create(cls, pg: ThrowawayPostgres, rds: ThrowawayRedis, db: str) -> Backends:
+        """Database ``db`` of ``pg``, made anew with the Coordinator's schema, and ``rds``."""
+        dsn = pg.database(db)
+        create_schema(dsn)
+        admin = pg.admin_dsn.replace(f"dbname={DB_NAME} ", f"dbname={db} ")
+        return cls(dsn, admin, rds.port, rds.password)
 
     def env(self, **overrides: str) -> dict[str, str]:
         env = {

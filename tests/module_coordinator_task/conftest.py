@@ -28,13 +28,6 @@ def tasks_db(pg: ThrowawayPostgres) -> TasksDb:
     return TasksDb(pg, "coordinator_task_probe").create().with_schema()
 
 
-@pytest.fixture(scope="session")
-def probe_redis() -> Iterator[ThrowawayRedis]:
-    """A Redis of the probe tests' own: the ids they leave in tasks:web reach no real worker."""
-    with ThrowawayRedis() as server:
-        yield server
-
-
 @pytest.fixture
 def run_probe(tmp_path: Path) -> Callable[..., ProbeRun]:
     """Run the module to the end: ``run_probe(args, check=False, env=None)``."""
