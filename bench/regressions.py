@@ -158,6 +158,10 @@ def highest_load(loads: list[str]) -> float:
     return max(ones) if ones else float("nan")
 
 
+def runs_of(values: list[float]) -> str:
+    return f"  (runs {', '.join(f'{v:g}' for v in values)})" if len(values) > 1 else ""
+
+
 def change(stored: float, now: float) -> float:
     return (now - stored) / stored * 100 if stored else float("inf")
 
@@ -168,8 +172,7 @@ def compare(stored: dict, values: dict[str, list[float]], threshold: float) -> l
     print(f"\n{'figure':44} {'stored':>10} {'now':>10} {'change':>8}")
     for figure in WANTED:
         now = statistics.median(values[figure.name])
-        spread = (f"  (runs {', '.join(f'{v:g}' for v in values[figure.name])})"
-                  if len(values[figure.name]) > 1 else "")
+        spread = runs_of(values[figure.name])
         entry = stored["figures"].get(figure.name)
         if entry is None:
             print(f"{figure.name:44} {'-':>10} {now:10g} {'':>8}  {figure.unit}, not stored"
@@ -223,14 +226,15 @@ def main(argv: list[str] | None = None) -> int:
             "runs": args.runs,
             "note": args.note,
             "commands": {k: " ".join(v) for k, v in COMMANDS.items()},
-            "figures": {f.name: {"value": statistics.median(values[f.name]), "unit": f.unit,
+            "figures": {f.name: {"value": statistics.median(values[f.name]),
+                                 "runs": values[f.name], "unit": f.unit,
                                  "better": "higher" if f.higher_is_better else "lower"}
                         for f in WANTED},
         }
         args.figures.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
         for figure in WANTED:
             print(f"  {figure.name:44} {record['figures'][figure.name]['value']:10g} "
-                  f"{figure.unit}")
+                  f"{figure.unit}{runs_of(values[figure.name])}")
         print(f"stored in {args.figures}")
         return 0
     assert stored is not None
