@@ -149,7 +149,7 @@ def git(*args: str) -> str:
 def source_commit() -> str:
     """HEAD, with a note if the code the benchmarks run has uncommitted changes."""
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    changed = git("status", "--porcelain", "--", "files", "bench", "lab")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "files", "bench", "lab")
     return f"{commit} (with uncommitted changes)" if changed else commit
 
 
