@@ -55,8 +55,9 @@ def mac(tmp_path: Path, standin, run_playbook):
         "ollama_models": [HF, "llama3.2:3b"],
     }
 
-    def converge(**overrides: Any) -> dict[str, Any]:
-        """Run the role: launchctl calls (all, and those changing something) and changed tasks."""
+    def converge(fails: bool = False, **overrides: Any) -> dict[str, Any]:
+        """Run the role: launchctl calls (all, and those changing something), changed tasks
+        and the output; ``fails``: the run must fail."""
         before = len(json.loads(state.read_text())["calls"]) if state.exists() else 0
         playbook = [
             {
@@ -67,11 +68,11 @@ def mac(tmp_path: Path, standin, run_playbook):
             }
         ]
         rc, results, output = run_playbook(playbook, {**settings, **overrides}, path_prefix=bin_dir)
-        assert rc == 0, output
+        assert (rc != 0) is fails, output
         calls = [" ".join(call) for call in json.loads(state.read_text())["calls"][before:]]
         changing = [c for c in calls if not c.startswith(("print ", "print-disabled "))]
         changed = [r for r in results if r.get("changed")]
-        return {"calls": changing, "changed": changed, "all_calls": calls}
+        return {"calls": changing, "changed": changed, "all_calls": calls, "output": output}
 
     plist = home / "Library" / "LaunchAgents" / "com.ollama.serve.plist"
     return converge, plist, state, standin
@@ -110,3 +111,16 @@ def test_launchd_agent_lifecycle(mac):
 
     every_call = first["all_calls"] + changed["all_calls"] + stopped["all_calls"]
     assert not [c for c in every_call if c.split()[0] in ("load", "unload", "setenv", "submit")]
+
+
+def test_homebrews_own_ollama_service_is_refused_before_anything_changes(mac):
+    converge, plist, state, _ = mac
+    state.write_text(json.dumps({"loaded": ["homebrew.mxcl.ollama"], "disabled": [],
+                                 "calls": []}))
+    refused = converge(fails=True)
+    assert ("Homebrew's service homebrew.mxcl.ollama is loaded and would compete with the "
+            "role's com.ollama.serve for the port: run `brew services stop ollama`"
+            ) in " ".join(refused["output"].split())
+    assert f"print gui/{UID}/homebrew.mxcl.ollama" in refused["all_calls"]
+    assert refused["calls"] == []
+    assert not plist.exists()

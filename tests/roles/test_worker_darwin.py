@@ -11,7 +11,10 @@ import plistlib
 import re
 import stat
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -224,3 +227,81 @@ def test_status_reports_what_launchd_has(runs):
     assert {k: gone["web-worker"][k] for k in ("installed", "enabled", "running", "pid")} == {
         "installed": False, "enabled": False, "running": False, "pid": 0}
     assert gone["inference-worker"]["running"] is True
+
+
+# -- the registration check (verify.yml) -------------------------------------------------------
+
+SHIPPED = "9.9.9"
+
+
+@pytest.fixture
+def coordinator() -> Iterator[tuple[str, list[dict]]]:
+    """A Coordinator answering GET /workers with the list the test fills in."""
+    workers: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"workers": workers}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", workers
+    server.shutdown()
+    server.server_close()
+
+
+def shipped_mac(home: Path, loaded: list[str]) -> None:
+    """A Mac with the workers' code shipped (its --version says SHIPPED) and ``loaded``
+    agents running (the launchctl double gives each pid 4242)."""
+    python = home / "coordinator-worker" / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\necho worker {SHIPPED}\n")
+    python.chmod(0o755)
+    (home / "coordinator-worker" / "app").mkdir()
+    (home / "launchctl.json").write_text(
+        json.dumps({"loaded": loaded, "disabled": [], "calls": []}))
+
+
+def test_verify_reads_the_pid_launchd_runs_and_finds_it_registered(tmp_path, coordinator):
+    url, workers = coordinator
+    shipped_mac(tmp_path, [WEB_LABEL, INFER_LABEL])
+    workers += [{"worker_id": worker_id, "host": "10.89.20.43", "version": SHIPPED,
+                 "alive": True, "pid": 4242}
+                for worker_id in ("web-worker-macbookair", "macbookair")]
+    output = play(tmp_path, BOTH, entry="verify", worker_coordinator_url=url)
+    assert re.search(r"localhost\s*:.*\sfailed=0\s", output), output[-3000:]
+    registered = json.loads((tmp_path / "registered.json").read_text())
+    assert registered == {
+        "web-worker": {"worker_id": "web-worker-macbookair", "host": "10.89.20.43",
+                       "version": SHIPPED, "pid": 4242},
+        "inference-worker": {"worker_id": "macbookair", "host": "10.89.20.43",
+                             "version": SHIPPED, "pid": 4242}}
+    # launchd asked through launchd_agent: print and print-disabled only.
+    asked = calls(tmp_path)
+    assert ["print", f"gui/501/{WEB_LABEL}"] in asked
+    assert {c[0] for c in asked} == {"print", "print-disabled"}
+
+
+def test_verify_of_an_agent_launchd_does_not_run_fails_at_once_with_its_log(tmp_path,
+                                                                           coordinator):
+    url, _ = coordinator
+    shipped_mac(tmp_path, [INFER_LABEL])
+    log = tmp_path / "Library" / "Logs" / "coordinator" / "web-worker.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback: the web worker died\n")
+    output = play(tmp_path, [BOTH[0]], entry="verify", worker_coordinator_url=url,
+                  worker_register_retries=0)
+    flat = " ".join(output.split())
+    assert "web-worker (web-worker-macbookair) on localhost is not registered alive" in flat
+    assert "pid ?" in flat
+    assert "Traceback: the web worker died" in flat
+    assert not (tmp_path / "registered.json").exists()
