@@ -35,7 +35,8 @@ def hba_address(value: Any) -> str | None:
 def hba_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any],
                   variable: str) -> dict[str, str]:
     """host -> the address its pg_hba.conf line allows: its ``variable`` (node_address), else
-    its ansible_host; as given (the preflight refuses what hba_address does not take)."""
+    its ansible_host (for an inventory without ``variable``: defaults/main.yml says why); as
+    given (the preflight refuses what hba_address does not take)."""
     addresses = {}
     for host in hosts:
         values = hostvars[host]
