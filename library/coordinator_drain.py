@@ -25,20 +25,6 @@ version_added: "0.3.0"
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 options:
-  coordinator_url:
-    description:
-      - Base URL of the Coordinator API.
-    type: str
-    required: true
-  coordinator_token:
-    description:
-      - Bearer token of the Coordinator (the operator's). Leave unset when it runs without one.
-    type: str
-  validate_certs:
-    description:
-      - Verify the Coordinator's TLS certificate when O(coordinator_url) is C(https).
-    type: bool
-    default: true
   worker_id:
     description:
       - The worker id, as C(GET /workers) lists it (the worker's C(WORKER_ID)).
@@ -67,16 +53,16 @@ options:
     default: false
 attributes:
   check_mode:
-    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: It reads the worker's state and reports whether it would change it.
   diff_mode:
-    description: Returns what it changed (or would change, in check mode) as a diff.
     support: full
 notes:
-  - Uses Ansible's own C(open_url), so no Python package is needed on the host that runs it.
   - Each request carries a fresh C(Idempotency-Key), so a request retried after a lost answer
     has one effect.
+extends_documentation_fragment:
+  - coordinator_api
+  - module_attributes
 """
 
 EXAMPLES = r"""
@@ -129,7 +115,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.coordinator_api import call
+from ansible.module_utils.coordinator_api import READ_INTERVAL, api_argument_spec, call
 from ansible.module_utils.coordinator_drain import (
     WANTED,
     DrainError,
@@ -142,14 +128,10 @@ from ansible.module_utils.coordinator_drain import (
     settled,
 )
 
-READ_INTERVAL = 1.0
-
 
 def argument_spec() -> dict[str, Any]:
     return {
-        "coordinator_url": {"type": "str", "required": True},
-        "coordinator_token": {"type": "str", "no_log": True},
-        "validate_certs": {"type": "bool", "default": True},
+        **api_argument_spec(),
         "worker_id": {"type": "str", "required": True},
         "state": {"type": "str", "default": "drained", "choices": list(WANTED)},
         "wait": {"type": "bool", "default": True},

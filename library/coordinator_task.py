@@ -35,21 +35,6 @@ version_added: "0.1.0"
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 options:
-  coordinator_url:
-    description:
-      - Base URL of the Coordinator API, without C(/route).
-    type: str
-    required: true
-  coordinator_token:
-    description:
-      - Bearer token of the Coordinator (its C(COORDINATOR_TOKEN)).
-      - Leave unset when the Coordinator runs without a token.
-    type: str
-  validate_certs:
-    description:
-      - Verify the Coordinator's TLS certificate when O(coordinator_url) is C(https).
-    type: bool
-    default: true
   prompt:
     description:
       - The prompt of the test task.
@@ -153,12 +138,10 @@ options:
     default: 10
 attributes:
   check_mode:
-    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: In check mode the options are checked, but nothing is routed and nothing is
       connected to.
   diff_mode:
-    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
 notes:
   - Needs C(psycopg2) or, failing that, C(psycopg) (3) importable by the Python that runs the
@@ -166,7 +149,6 @@ notes:
     database host, which is why that host is a good place to run this module.
   - The PostgreSQL server must accept the login from the host that runs the module; a refused
     login names the user and host, and says when a C(pg_hba.conf) line is missing.
-  - The HTTP request uses Ansible's own C(open_url), so no extra Python package is needed for it.
 requirements:
   - psycopg2 or psycopg >= 3
 seealso:
@@ -174,6 +156,9 @@ seealso:
   - name: libpq connection strings
     description: The syntax of O(pg_dsn).
     link: https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING
+extends_documentation_fragment:
+  - coordinator_api
+  - module_attributes
 """
 
 EXAMPLES = r"""
@@ -309,6 +294,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.coordinator_api import api_argument_spec
 from ansible.module_utils.coordinator_contract import TASK_TYPES
 from ansible.module_utils.coordinator_pg import NO_DRIVER_MESSAGE, Driver, load_driver
 from ansible.module_utils.coordinator_probe import (
@@ -347,9 +333,7 @@ LOGIN_OPTIONS = (
 
 def argument_spec() -> dict[str, Any]:
     return {
-        "coordinator_url": {"type": "str", "required": True},
-        "coordinator_token": {"type": "str", "no_log": True},
-        "validate_certs": {"type": "bool", "default": True},
+        **api_argument_spec(),
         "prompt": {"type": "str", "required": True},
         "task_type": {
             "type": "str",

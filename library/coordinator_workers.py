@@ -30,20 +30,6 @@ version_added: "0.2.0"
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 options:
-  coordinator_url:
-    description:
-      - Base URL of the Coordinator API.
-    type: str
-    required: true
-  coordinator_token:
-    description:
-      - Bearer token of the Coordinator. Leave unset when it runs without one.
-    type: str
-  validate_certs:
-    description:
-      - Verify the Coordinator's TLS certificate when O(coordinator_url) is C(https).
-    type: bool
-    default: true
   kind:
     description:
       - Only workers of this kind. Unset means every kind.
@@ -97,14 +83,13 @@ options:
     default: 10
 attributes:
   check_mode:
-    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: It only reads, so it runs in check mode too.
   diff_mode:
-    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
-notes:
-  - Uses Ansible's own C(open_url), so no Python package is needed on the host that runs it.
+extends_documentation_fragment:
+  - coordinator_api
+  - module_attributes
 """
 
 EXAMPLES = r"""
@@ -182,7 +167,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.coordinator_api import call
+from ansible.module_utils.coordinator_api import READ_INTERVAL, api_argument_spec, call
 from ansible.module_utils.coordinator_contract import WORKER_KINDS
 from ansible.module_utils.coordinator_registry import (
     Expected,
@@ -195,14 +180,10 @@ from ansible.module_utils.coordinator_registry import (
     verdict,
 )
 
-READ_INTERVAL = 1.0
-
 
 def argument_spec() -> dict[str, Any]:
     return {
-        "coordinator_url": {"type": "str", "required": True},
-        "coordinator_token": {"type": "str", "no_log": True},
-        "validate_certs": {"type": "bool", "default": True},
+        **api_argument_spec(),
         "kind": {"type": "str", "choices": list(WORKER_KINDS)},
         "expected": {
             "type": "list", "elements": "dict", "default": [],

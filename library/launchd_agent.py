@@ -57,11 +57,9 @@ options:
     default: 20
 attributes:
   check_mode:
-    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: In check mode it reads the agent's state and says what it would do.
   diff_mode:
-    description: Returns what it changed (or would change, in check mode) as a diff.
     support: full
     details: The diff shows whether the agent is loaded and enabled, before and after.
 notes:
@@ -71,6 +69,8 @@ seealso:
   - name: launchctl(1)
     description: The subcommands used.
     link: https://keith.github.io/xcode-man-pages/launchctl.1.html
+extends_documentation_fragment:
+  - module_attributes
 """
 
 EXAMPLES = r"""

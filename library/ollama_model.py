@@ -77,13 +77,11 @@ options:
     default: true
 attributes:
   check_mode:
-    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: >-
       Reports whether the model would be pulled or deleted, and fails as a run would when a
       present model does not match O(digest); only C(GET /api/tags) is sent.
   diff_mode:
-    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
 notes:
   - The pull does not update a model that is already present; Ollama's C(ollama pull) does. Remove
@@ -94,6 +92,8 @@ seealso:
     link: https://github.com/ollama/ollama/blob/main/docs/api.md
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
+extends_documentation_fragment:
+  - module_attributes
 """
 
 EXAMPLES = r"""

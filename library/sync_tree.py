@@ -72,11 +72,9 @@ author:
   - Coordinator cluster contributors (@coordinator-cluster)
 attributes:
   check_mode:
-    description: Can run in check mode and report what it would change without changing it.
     support: full
     details: Reports the files that would be written; nothing is sent or changed.
   diff_mode:
-    description: Returns what it changed (or would change, in check mode) as a diff.
     support: none
 notes:
   - Nothing is deleted; a file removed from O(src) stays on the target.
@@ -84,6 +82,8 @@ notes:
 seealso:
   - module: ansible.builtin.copy
   - module: ansible.posix.synchronize
+extends_documentation_fragment:
+  - module_attributes
 """
 
 EXAMPLES = r"""

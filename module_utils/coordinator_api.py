@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One request to the Coordinator API from a module, with one-line errors.
 
-Shared by the modules that talk to the API (coordinator_workers, coordinator_drain); uses
-Ansible's own ``open_url``, so no Python package is needed on the host that runs them.
+Shared by the modules that talk to the API (coordinator_workers, coordinator_drain, and
+coordinator_task for its options); uses Ansible's own ``open_url``, so no Python package is
+needed on the host that runs them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,20 @@ from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.coordinator_probe import describe_http_error, describe_unreachable
 from ansible.module_utils.urls import open_url
+
+#: Seconds between two reads of the API by a module that waits for a state
+#: (coordinator_drain for a drain, coordinator_workers for the registry).
+READ_INTERVAL = 1.0
+
+
+def api_argument_spec() -> dict[str, Any]:
+    """The options every module that calls the Coordinator API takes, as the doc fragment
+    coordinator_api documents them: coordinator_url, coordinator_token, validate_certs."""
+    return {
+        "coordinator_url": {"type": "str", "required": True},
+        "coordinator_token": {"type": "str", "no_log": True},
+        "validate_certs": {"type": "bool", "default": True},
+    }
 
 
 def call(params: dict[str, Any], method: str, path: str, error: type[Exception],

@@ -50,6 +50,7 @@ def module_doc(name: str) -> dict:
     out = subprocess.run(
         [str(ANSIBLE_DOC), "-M", str(REPO / "library"), "--json", name],
         capture_output=True, text=True, check=True,
+        env={**os.environ, "ANSIBLE_DOC_FRAGMENT_PLUGINS": str(REPO / "doc_fragments")},
     )
     return json.loads(out.stdout)[name]
 

@@ -1,9 +1,10 @@
 """The modules as a collection tree, the layout ``ansible-test sanity`` needs.
 
 The repository keeps Ansible's playbook-adjacent layout (library/, module_utils/,
-action_plugins/, filter_plugins/), which a collection reviewer's tools do not read; this
-builds ``ansible_collections/<namespace>/<name>/`` from the same files, the one change being
-the import path of our own module_utils, as a collection spells it.
+action_plugins/, filter_plugins/, doc_fragments/), which a collection reviewer's tools do not
+read; this builds ``ansible_collections/<namespace>/<name>/`` from the same files, the one
+change being the names of our own module_utils and doc fragments, as a collection spells them
+(its package, its fully qualified fragment names).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ LAYOUT = {
     "module_utils": "plugins/module_utils",
     "action_plugins": "plugins/action",
     "filter_plugins": "plugins/filter",
+    "doc_fragments": "plugins/doc_fragments",
 }
 
 
@@ -34,15 +36,29 @@ def collection_source(text: str, names: set[str]) -> str:
     return pattern.sub(lambda match: f"{PACKAGE}.{match.group(1)}", text)
 
 
+def own_doc_fragments() -> set[str]:
+    return {path.stem for path in (REPO / "doc_fragments").glob("*.py")}
+
+
+def collection_fragments(text: str, names: set[str]) -> str:
+    """Our doc fragments named in ``extends_documentation_fragment`` lists, fully qualified
+    (a collection's module finds its collection's fragments by that name only)."""
+    item = re.compile(r"^(\s+- )(" + "|".join(sorted(names)) + r")$", re.M)
+    block = re.compile(r"^extends_documentation_fragment:\n(?:\s+- .*\n)+", re.M)
+    return block.sub(lambda found: item.sub(rf"\g<1>{NAMESPACE}.{NAME}.\g<2>", found.group(0)),
+                     text)
+
+
 def build(root: Path, version: str = "1.0.0") -> Path:
     """Write the collection under ``root``; return its directory."""
     collection = root / "ansible_collections" / NAMESPACE / NAME
-    names = own_module_utils()
+    names, fragments = own_module_utils(), own_doc_fragments()
     for source, target in LAYOUT.items():
         (collection / target).mkdir(parents=True, exist_ok=True)
         for path in sorted((REPO / source).glob("*.py")):
             text = path.read_text()  # a link (coordinator_contract.py) is copied as its file
-            (collection / target / path.name).write_text(collection_source(text, names))
+            text = collection_fragments(collection_source(text, names), fragments)
+            (collection / target / path.name).write_text(text)
     (collection / "galaxy.yml").write_text(
         f"namespace: {NAMESPACE}\nname: {NAME}\nversion: {version}\nreadme: README.md\n"
         "authors: [coordinator-cluster contributors]\nlicense: [GPL-3.0-or-later]\n")

@@ -20,7 +20,15 @@ from packaging.requirements import Requirement
 
 from lab.drive import VENV_BIN
 
-from .collection import PACKAGE, REPO, build, collection_source
+from .collection import (
+    NAME,
+    NAMESPACE,
+    PACKAGE,
+    REPO,
+    build,
+    collection_fragments,
+    collection_source,
+)
 
 HOME = REPO / ".lab" / "ansible-test"
 PYTHON = "3.11"
@@ -62,6 +70,14 @@ def test_our_module_utils_imports_become_the_collection_package():
     assert collection_source(source, {"coordinator_probe"}) == (
         "from ansible.module_utils.basic import AnsibleModule\n"
         f"from {PACKAGE}.coordinator_probe import first_line\n")
+
+
+def test_our_doc_fragments_become_the_collection_names():
+    source = ("extends_documentation_fragment:\n  - coordinator_api\n  - other.ns.frag\n"
+              "options:\n  - coordinator_api\n")
+    assert collection_fragments(source, {"coordinator_api"}) == (
+        f"extends_documentation_fragment:\n  - {NAMESPACE}.{NAME}.coordinator_api\n"
+        "  - other.ns.frag\noptions:\n  - coordinator_api\n")
 
 
 def test_ansible_core_is_pinned_to_the_one_installed():

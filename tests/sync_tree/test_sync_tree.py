@@ -19,6 +19,8 @@ from ansible.errors import AnsibleActionFail
 from action_plugins import sync_tree as action
 from library import sync_tree as module
 
+from ..library_kit import module_doc
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -243,19 +245,7 @@ def test_a_missing_file_fails_with_what_to_fix(tree: Path, tmp_path: Path) -> No
 def test_documentation_matches_the_argument_spec_and_the_results(
     tree: Path, tmp_path: Path
 ) -> None:
-    out = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-doc"),
-            "-M",
-            str(REPO / "library"),
-            "--json",
-            "sync_tree",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    doc = json.loads(out.stdout)["sync_tree"]
+    doc = module_doc("sync_tree")
     options = doc["doc"]["options"]
     assert sorted(options) == sorted(module.ARGUMENT_SPEC)
     for name, spec in module.ARGUMENT_SPEC.items():

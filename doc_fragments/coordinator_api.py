@@ -1,0 +1,31 @@
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The options of the modules that call the Coordinator API (coordinator_drain,
+coordinator_task, coordinator_workers); module_utils/coordinator_api.api_argument_spec is
+their argument spec."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  coordinator_url:
+    description:
+      - Base URL of the Coordinator API, without a path such as C(/route).
+    type: str
+    required: true
+  coordinator_token:
+    description:
+      - Bearer token of the Coordinator, the operator's (its C(COORDINATOR_TOKEN)).
+      - Leave unset when the Coordinator runs without a token.
+    type: str
+  validate_certs:
+    description:
+      - Verify the Coordinator's TLS certificate when O(coordinator_url) is C(https).
+    type: bool
+    default: true
+notes:
+  - The Coordinator API is called with Ansible's own C(open_url), so no Python package is
+    needed for it on the host that runs the module.
+"""
