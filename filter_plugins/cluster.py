@@ -10,8 +10,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-# The programs' shared contract (files/): how a worker host's own database login is derived.
-_CONTRACT = Path(__file__).resolve().parents[1] / "files" / "coordinator_contract.py"
+# The programs' shared contract: how a worker host's own database login is derived. Read
+# through module_utils/ (a link to files/coordinator_contract.py), which is also where a
+# collection built from this repository (tests/sanity/collection.py) has it, beside plugins/.
+_CONTRACT = Path(__file__).resolve().parents[1] / "module_utils" / "coordinator_contract.py"
 _spec = importlib.util.spec_from_file_location("coordinator_contract_for_playbooks", _CONTRACT)
 contract = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(contract)
