@@ -90,6 +90,7 @@ def token_worker(key: str, token: str) -> str | None:
 #: read `tasks`, claim a queued task, write the result of its own claim. Each worker host
 #: logs in as its own member of it.
 WORKER_DB_GROUP = "coordinator_workers"
+WORKER_DB_ROLE_PREFIX = "worker_"
 _ROLE_UNSAFE = re.compile(r"[^a-z0-9_]")
 
 
@@ -97,7 +98,7 @@ def worker_db_role(host: str) -> str:
     """The PostgreSQL login of one worker host: ``worker_<host>``, lower-cased, every other
     character than a letter, digit or ``_`` made ``_``, at most 63 bytes (PostgreSQL's
     limit); e.g. ``worker_lab_worker_fast`` for ``lab-worker-fast``."""
-    return ("worker_" + _ROLE_UNSAFE.sub("_", host.lower()))[:63]
+    return (WORKER_DB_ROLE_PREFIX + _ROLE_UNSAFE.sub("_", host.lower()))[:63]
 
 
 def worker_db_password(key: str, host: str) -> str:

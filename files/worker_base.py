@@ -42,6 +42,8 @@ from coordinator_contract import (
     RECLAIM_SQL,
     RESULT_SQL,
     STATE_SQL,
+    WORKER_DB_GROUP,
+    WORKER_DB_ROLE_PREFIX,
     WRITE_CHECK_SQL,
     has_model,
     processing_list,
@@ -259,8 +261,13 @@ def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
             client, user = worker_host, params.get("user", "coordinator")
             database = params.get("dbname", user)
         prefix = "128" if ":" in client else "32"
-        return (f"fix: add `host {database} {user} {client}/{prefix} scram-sha-256` to "
-                "pg_hba.conf on the PostgreSQL server, then reload it")
+        line = f"host {database} {user} {client}/{prefix} scram-sha-256"
+        if user.startswith(WORKER_DB_ROLE_PREFIX):
+            # A worker host's own login, made and allowed by site.yml from that host only.
+            return (f"fix: {user} logs in from its own host only: on another host use that "
+                    f"host's own login (site.yml writes it to PG_DSN); if {client} is now "
+                    f"{user}'s host, run site.yml, which adds `{line}` to pg_hba.conf")
+        return f"fix: add `{line}` to pg_hba.conf on the PostgreSQL server, then reload it"
     if "password authentication failed" in error:
         return "fix: the password in PG_DSN is wrong; use the role's password"
     if "does not exist" in error:
@@ -429,8 +436,9 @@ class Worker:
                               "fix: start the Coordinator once, it creates the schema") from None
         except psycopg2.errors.InsufficientPrivilege as error:
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
-                              f"table: {one_line(error)}; fix: GRANT SELECT, UPDATE ON tasks "
-                              f"TO {conn.info.user}") from None
+                              f"table: {one_line(error)}; fix: GRANT {WORKER_DB_GROUP} TO "
+                              f"{conn.info.user}, as site.yml does for each worker host's "
+                              "login") from None
         except psycopg2.Error as error:
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
                               f"table: {one_line(error)}") from None

@@ -106,6 +106,17 @@ def test_pg_hba_line_falls_back_to_worker_host() -> None:
                     "pg_hba.conf on the PostgreSQL server, then reload it")
 
 
+def test_a_worker_hosts_login_refused_from_another_host_says_to_use_that_hosts_own() -> None:
+    error = ('FATAL:  no pg_hba.conf entry for host "192.168.0.40", user "worker_macbookair", '
+             'database "coordinator", no encryption')
+    hint = worker_base.postgres_login_hint(error, "host=db", "ignored")
+    assert hint == ("fix: worker_macbookair logs in from its own host only: on another host "
+                    "use that host's own login (site.yml writes it to PG_DSN); if "
+                    "192.168.0.40 is now worker_macbookair's host, run site.yml, which adds "
+                    "`host coordinator worker_macbookair 192.168.0.40/32 scram-sha-256` to "
+                    "pg_hba.conf")
+
+
 def test_model_names_without_tag_mean_latest() -> None:
     assert worker_base.has_model(["llama3.2:latest"], "llama3.2")
     assert worker_base.has_model(["hf.co/a/b:Q4_K_M"], "hf.co/A/b:Q4_K_M")

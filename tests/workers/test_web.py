@@ -378,7 +378,8 @@ def test_postgres_user_who_cannot_write_tasks(web_env, start_worker, pg):
     finally:
         pg.psql("GRANT UPDATE ON tasks TO coordinator")
     assert error.endswith("cannot write the tasks table: permission denied for table tasks; "
-                          "fix: GRANT SELECT, UPDATE ON tasks TO coordinator")
+                          "fix: GRANT coordinator_workers TO coordinator, as site.yml does for "
+                          "each worker host's login")
 
 
 def test_searxng_json_disabled_at_start(web_env, start_worker, searxng):
