@@ -74,6 +74,31 @@ def assert_reached_like_a_host(address: str) -> None:
     assert root.returncode != 0 and "Permission denied" in root.stderr
 
 
+def ansible_as_admin(address: str, *args: str, password: str | None = None
+                     ) -> subprocess.CompletedProcess:
+    """An ad-hoc ``ansible`` run against the node as a user runs it: SSH as admin, become
+    root with sudo. Its own session, so -K reads the password from standard input (no
+    terminal), as getpass does under CI."""
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible"), "all", "-i", f"{address},", "-u", "admin",
+         "--private-key", str(lab_module.SSH_KEY),
+         f"--ssh-common-args=-o UserKnownHostsFile={lab_module.KNOWN_HOSTS}",
+         "-b", "-m", "ansible.builtin.command", "-a", "id -un", *args],
+        cwd=REPO, input=password, capture_output=True, text=True, check=False, timeout=300,
+        start_new_session=True)
+
+
+def assert_sudo_password_from_k(address: str) -> None:
+    """-K (--ask-become-pass) gives sudo its password; without it, Ansible says so."""
+    password = lab_module.ADMIN_PASSWORD.read_text().split()[0]
+    asked = ansible_as_admin(address, "-K", password=password + "\n")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert f"{address} | CHANGED | rc=0 >>\nroot" in asked.stdout
+    not_asked = ansible_as_admin(address)
+    assert not_asked.returncode != 0
+    assert "Missing sudo password" in not_asked.stdout + not_asked.stderr
+
+
 @pytest.mark.timeout(900)
 def test_create_then_destroy(tmp_path, podman_ready, lab_env):
     (tmp_path / "group_vars" / "all").mkdir(parents=True)
@@ -111,6 +136,7 @@ def test_create_then_destroy(tmp_path, podman_ready, lab_env):
         keys = [line.split()[2] for line in lab_module.KNOWN_HOSTS.read_text().splitlines()
                 if line.split()[0] in ("10.89.22.40", "10.89.22.42")]
         assert len(keys) == len(set(keys)) == 2
+        assert_sudo_password_from_k("10.89.22.40")
         # A second create changes nothing and succeeds.
         again = lab(lab_env, tmp_path, "create")
         assert again.returncode == 0, again.stdout + again.stderr
