@@ -5,8 +5,9 @@ lab-worker-slow; each test edits a copy of the lab inventory the way a user edit
 
 1. the first converge worked without pipelining (a fresh node, no acl package);
 2. the new host's PostgreSQL login is refused: the play stops in preflight, the old worker is
-   untouched and still serves;
-3. the new worker does not come up: it is stopped again, the old one still serves;
+   untouched and still serves, and the message says so (the registry's line);
+3. the new worker does not come up: it is stopped again, the old one still serves, and the
+   message says so;
 4. the move itself, with a pg_hba.conf line missing by hand and tasks routed all along: the line
    is found, named and added, the test task is done by the new host in PostgreSQL, none of the
    routed tasks is lost or failed, exactly one worker_web.py runs, on the new host, and the
@@ -35,6 +36,16 @@ def assert_old_side_serving(cluster) -> None:
     assert [w["host"] for w in cluster.coordinator.alive_web_workers()] == [old_address]
 
 
+def serving_now(cluster, host: str) -> str:
+    """The end of a failure message when only ``host``'s web worker serves, as the registry
+    names it (up to its heartbeat's age): what is true at that moment."""
+    (worker,) = cluster.coordinator.alive_web_workers()
+    assert worker["worker_id"] == f"web-worker-{host}", worker
+    return (f"Now the Coordinator's registry lists 1 alive web worker serving tasks:web: "
+            f"web-worker-{host} on {host} ({cluster.nodes[host].address}), pid "
+            f"{cluster.nodes[host].processes()[0]}, v{worker['version']}, heartbeat ")
+
+
 def test_first_converge_without_pipelining_became_postgres(cluster) -> None:
     run = cluster.first_converge
     # Without pipelining every module travels as a file, and one for postgres (not the login
@@ -55,6 +66,8 @@ def test_refused_login_stops_in_preflight(cluster) -> None:
     assert done.returncode != 0
     assert (f"preflight on {NEW} failed, nothing was changed on the running web worker: "
             "PostgreSQL check FAILED at") in done.unfolded()
+    # What is true now: the old worker, untouched, serves.
+    assert serving_now(cluster, OLD) in done.unfolded()
     login = contract.worker_db_role(NEW)  # the new host's own login, with a wrong password
     assert f'password authentication failed for user \\"{login}\\"' in done.output \
         or f'password authentication failed for user "{login}"' in done.output
@@ -74,6 +87,8 @@ def test_new_worker_that_does_not_come_up_is_stopped(cluster) -> None:
             "was left serving") in done.unfolded()
     # The worker role's own verdict, with the worker's log lines, not some earlier failure.
     assert "is not registered alive with the Coordinator" in done.unfolded()
+    # What is true now: the old worker alone serves (the new one never registered).
+    assert serving_now(cluster, OLD) in done.unfolded()
     assert cluster.nodes[NEW].unit("is-enabled") != "enabled"
     assert_old_side_serving(cluster)
 
