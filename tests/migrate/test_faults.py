@@ -6,15 +6,20 @@ done (or failed with a reason a user can act on, counted), none lost, and exactl
 web worker in the Coordinator's registry, with one worker_web.py process, on its host:
 
 - site.yml with one host down stops, naming it, and changes nothing;
+- site.yml without the sudo password, and with a wrong one: stops, naming the hosts and
+  what to do, and changes nothing;
 - the old host unreachable before the move (its worker still serving): stops before any
   change, the old worker serving;
 - other weights under the model's name on the new host (another digest): stops in preflight,
   naming both digests, unless -e migrate_web_allow_other_weights=true, which moves;
 - a worker_web.py started by hand on a host outside web_workers: named and refused before
-  any change;
+  any change, by migrate-web.yml and by site.yml's guard alike;
 - the new host gone from the network after its worker started: rolled back, the old worker
   serving; once the host is back, migrate-web.yml run again stops the leftover;
-- the old worker stuck (it ignores SIGTERM): the stop is bounded, then forced, and said;
+- the old worker stuck in a task: drained for at most migrate_web_drain_timeout, then
+  stopped within its shutdown timeout, and said;
+- the old worker ignoring SIGTERM (SIG_IGN): systemd kills it after TimeoutStopSec, and the
+  playbook says so with that bound;
 - ansible-playbook interrupted (Ctrl-C) at each play boundary, then run again: converges;
 - the Coordinator restarted, and PostgreSQL restarted, in the middle of the move.
 """
@@ -25,10 +30,12 @@ import re
 import signal
 import time
 
+import coordinator_contract as contract
 import pytest
 import requests
+import yaml
 
-from lab import drive
+from lab import drive, lab
 from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import wait_until
 
@@ -49,6 +56,41 @@ def test_site_with_a_host_down_names_it_and_changes_nothing(cluster) -> None:
             "inventory. Nothing was changed, and the Coordinator's registry lists 1 alive web "
             "worker serving tasks:web: ") in text
     assert set(run.changed().values()) == {0}
+    cluster.assert_settled(traffic.outcome(), web)
+
+
+def test_site_without_the_sudo_password_or_with_a_wrong_one_stops_and_changes_nothing(
+        cluster) -> None:
+    web = cluster.web_host()
+    (pid,) = cluster.nodes[web].processes()
+    hosts = list(yaml.safe_load((lab.INVENTORY / "hosts.yml").read_text())
+                 ["all"]["children"]["lab_nodes"]["hosts"])
+    # The inventory as a user's without the password: the lab's line taken out.
+    no_password = cluster.inventory(web, "no-sudo-password")
+    connection = no_password / "group_vars" / "lab_nodes" / "connection.yml"
+    lines = connection.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith("ansible_become_password:")]
+    assert len(kept) == len(lines) - 1
+    connection.write_text("".join(kept))
+    wrong = cluster.inventory(web, "wrong-sudo-password", {
+        host: {"ansible_become_password": "not-admins-password"} for host in hosts})
+    with cluster.traffic() as traffic:
+        missing = cluster.playbooks.run("site.yml", no_password)
+        refused = cluster.playbooks.run("site.yml", wrong)
+    (worker,) = cluster.coordinator.alive_web_workers()
+    now = (f"Nothing was changed, and the Coordinator's registry lists 1 alive web worker "
+           f"serving tasks:web: web-worker-{web} on {cluster.nodes[web].address}, pid {pid}, "
+           f"v{worker['version']}, heartbeat ")
+    for run, problem in [
+            (missing, "sudo asks for a password and none was given: run with -K "
+                      "(--ask-become-pass) or set ansible_become_password (in the vault)"),
+            (refused, "sudo refused the password given (-K or ansible_become_password): "
+                      "correct it")]:
+        assert run.returncode != 0
+        assert f"{', '.join(hosts)}: {problem}. {now}" in run.unfolded(), run.output[-3000:]
+        assert "PLAY [PostgreSQL]" not in run.output
+        assert set(run.changed().values()) == {0}
+    assert cluster.nodes[web].processes() == [pid]
     cluster.assert_settled(traffic.outcome(), web)
 
 
@@ -123,7 +165,19 @@ def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> Non
     start = ("set -a; . /root/by-hand.env; set +a; cd /opt/coordinator-worker/app &&"
              " /opt/coordinator-worker/venv/bin/python worker_web.py")
     core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)
-    # That worker's own token registers that worker only: the copy is refused, saying so.
+    # The web host's database login works from the web host's address only: the copy is
+    # refused by PostgreSQL, which names the login and the address.
+    refused = core.sh("sh", "-c", start, check=False)
+    assert refused.returncode != 0
+    assert (f'no pg_hba.conf entry for host "{core.address}", user '
+            f'"{contract.worker_db_role(web)}"') in refused.stdout + refused.stderr
+    # With the core host's own login (its inference worker's), that worker's own token
+    # registers that worker only: the copy is refused, saying so.
+    core_env = core.sh("cat", "/etc/coordinator-worker/inference-worker.env",
+                       check=True).stdout
+    core_dsn = next(line for line in core_env.splitlines() if line.startswith("PG_DSN="))
+    environment = re.sub(r'(?m)^PG_DSN=.*$', lambda _: core_dsn, environment)
+    core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)
     refused = core.sh("sh", "-c", start, check=False)
     assert refused.returncode != 0
     assert (f"HTTP 403 the token of worker 'web-worker-{web}' cannot register worker "
@@ -138,17 +192,26 @@ def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> Non
         rogue = wait_until(lambda: next(
             (w for w in cluster.coordinator.alive_web_workers()
              if w["worker_id"] == "web-worker-by-hand"), None), 30, "the copy registered")
+        named = (f"the Coordinator's registry lists a web worker that serves tasks:web beside "
+                 f"the managed ones: web-worker-by-hand on {CORE} ({core.address}), pid "
+                 f"{rogue['pid']}, v2.1, heartbeat ")
+        how_to_stop = (f"no service manager runs it there (a copy started by hand, outside "
+                       f"systemd/launchd, or one its service manager lost); stop it: `kill "
+                       f"{rogue['pid']}` on {CORE} ({core.address}). Nothing was changed")
         with cluster.traffic() as traffic:
             run = cluster.migrate(new)
+            # site.yml's web worker guard asks the registry the same way: refused too, with
+            # the inventory unchanged (no move asked), before any role's play.
+            site = cluster.playbooks.run("site.yml", cluster.inventory(web))
         assert run.returncode != 0
-        assert (f"the Coordinator's registry lists a web worker that serves tasks:web beside "
-                f"the managed ones: web-worker-by-hand on {CORE} ({core.address}), pid "
-                f"{rogue['pid']}, v2.1, heartbeat ") in run.unfolded()
-        assert (f"no service manager runs it there (a copy started by hand, outside "
-                f"systemd/launchd, or one its service manager lost); stop it: `kill "
-                f"{rogue['pid']}` on {CORE} ({core.address}). Nothing was changed") in (
-                    run.unfolded())
+        assert named in run.unfolded()
+        assert how_to_stop in run.unfolded()
         assert "PLAY [Preflight 1/3" not in run.output
+        assert site.returncode != 0
+        assert named in site.unfolded()
+        assert how_to_stop in site.unfolded()
+        assert "PLAY [PostgreSQL]" not in site.output
+        assert set(site.changed().values()) == {0}
     finally:
         core.sh("pkill", "--full", "by-hand.env|worker_web.py")
         core.sh("rm", "-f", "/root/by-hand.env", "/root/by-hand.log")
@@ -217,6 +280,58 @@ def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> Non
                 "serves the queued ones") in text
     else:
         assert (task["status"], task["fallback"]) == ("done", True), task
+    cluster.assert_settled(traffic.outcome(), new)
+
+
+# One line of a .pth file in the worker's virtualenv: every Python started from it sets
+# SIGTERM to SIG_IGN, and a handler asked for later (the worker's own) is not installed.
+# (site.py runs the line with exec in a function: the lambda gets all it uses as defaults.)
+IGNORE_SIGTERM = ("import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "signal.signal = lambda signum, handler, real=signal.signal, "
+                  "term=signal.SIGTERM, ign=signal.SIG_IGN: "
+                  "ign if signum == term else real(signum, handler)\n")
+VENV_PYTHON = "/opt/coordinator-worker/venv/bin/python"
+WEB_UNIT = "/etc/systemd/system/web-worker.service"
+
+
+@pytest.mark.timeout(1800)
+def test_an_old_worker_that_ignores_sigterm_is_killed_by_systemd_within_the_bound(
+        cluster) -> None:
+    old = cluster.web_host()
+    new = cluster.other(old)
+    node = cluster.nodes[old]
+    # SIGSTOP would not do: systemd sends SIGCONT right after SIGTERM, and the worker's
+    # handler then runs. A process whose SIGTERM disposition is SIG_IGN never sees it.
+    purelib = node.sh(VENV_PYTHON, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
+                      check=True).stdout.strip()
+    pth = f"{purelib}/zz_lab_ignore_sigterm.pth"
+    bound = re.search(r"^TimeoutStopSec=(\d+)$", node.sh("cat", WEB_UNIT, check=True).stdout,
+                      re.M).group(1)
+    try:
+        node.sh("sh", "-c", f"cat > {pth}", input_text=IGNORE_SIGTERM, check=True)
+        node.sh("systemctl", "restart", "web-worker.service", check=True)
+        (pid,) = wait_until(lambda: (lambda p: p if len(p) == 1 else None)(node.processes()),
+                            30, "the web worker started again")
+        wait_until(lambda: [w["pid"] for w in cluster.coordinator.alive_web_workers()] == [pid],
+                   60, "the restarted web worker registered alone")
+        ignored = re.search(r"^SigIgn:\s*([0-9a-f]+)$",
+                            node.sh("cat", f"/proc/{pid}/status", check=True).stdout, re.M)
+        assert int(ignored.group(1), 16) & (1 << (signal.SIGTERM - 1)), "SIGTERM not ignored"
+        since = node.sh("date", "+%s", check=True).stdout.strip()
+        with cluster.traffic() as traffic:
+            run = cluster.migrate(new)
+    finally:
+        node.sh("rm", "-f", pth)
+    assert run.returncode == 0, run.output[-6000:]
+    # The stop waited TimeoutStopSec, then systemd killed it, and the playbook says so.
+    assert (f"the web worker on {old} did not exit within {bound}s of SIGTERM: systemd killed "
+            "it; the Reaper fails that task, the new worker serves the queued ones") in (
+                run.unfolded())
+    journal = node.sh("journalctl", "--unit=web-worker.service", f"--since=@{since}",
+                      "--no-pager", "--output=cat", check=True).stdout
+    assert "State 'stop-sigterm' timed out. Killing." in journal, journal[-3000:]
+    assert pid not in node.processes()
+    # Drained first, it held no task when killed: none lost, none failed.
     cluster.assert_settled(traffic.outcome(), new)
 
 
