@@ -161,7 +161,11 @@ def test_db_write_failure_is_retried_and_shown_in_the_heartbeat(web_env, busy_wo
     assert (row["status"], row["fallback"]) == ("done", False)
     assert (f"ERROR result write of task {task_id} failed: permission denied for table tasks "
             f"(attempt 1); task stays in {processing}, retrying in 0.5s") in messages(worker)
-    wait_until(lambda: rds.llen(processing) == 0, 10, "the id to leave the processing list")
+    try:
+        wait_until(lambda: rds.llen(processing) == 0, what="the id to leave the processing list")
+    except TimeoutError as error:
+        # The worker's own account of what it did after the write is the diagnosis.
+        raise AssertionError(f"{error}; the worker's log:\n{worker.output()[-4000:]}") from None
 
 
 def test_coordinator_outage_is_logged_once_and_work_goes_on(web_env, start_worker, coordinator,
