@@ -12,7 +12,12 @@ lab-worker-slow; each test edits a copy of the lab inventory the way a user edit
    is found, named and added, the test task is done by the new host in PostgreSQL, none of the
    routed tasks is lost or failed, exactly one worker_web.py runs, on the new host, and the
    registry lists exactly that one alive;
-5. running it again changes nothing and still verifies; site.yml afterwards changes nothing.
+5. running it again changes nothing and still verifies; site.yml afterwards changes nothing;
+6. the converged cluster runs what the inventory declares (verify_converged.yml: one process
+   and one unit per declared worker, routed tasks done by the right hosts in PostgreSQL, a
+   pg_hba.conf line per worker host naming its own login);
+7. site.yml with the web worker moved in the inventory refuses, names both hosts and the safe
+   way, and changes nothing.
 """
 
 from __future__ import annotations
@@ -137,6 +142,21 @@ def test_rerun_and_site_change_nothing(cluster) -> None:
     assert site.changed() == {DB_HOST: 0, OLD: 0, NEW: 0}
     task = cluster.coordinator.search()
     assert (task["status"], task["worker_host"]) == ("done", cluster.nodes[NEW].address)
+
+
+def test_the_converged_cluster_runs_what_the_inventory_declares(cluster) -> None:
+    verified = cluster.playbooks.run("tests/migrate/verify_converged.yml", cluster.inventory(NEW))
+    assert verified.returncode == 0, verified.output[-6000:]
+    assert verified.changed() == {DB_HOST: 0, OLD: 0, NEW: 0}
+
+
+def test_site_refuses_to_move_the_web_worker_behind_migrate_webs_back(cluster) -> None:
+    refused = cluster.playbooks.run("site.yml", cluster.inventory(OLD))
+    assert refused.returncode != 0, refused.output[-6000:]
+    assert (f"the web worker runs on {NEW} but the inventory says {OLD}: run migrate-web.yml "
+            "to move it safely") in refused.unfolded()
+    assert refused.changed() == {DB_HOST: 0, OLD: 0, NEW: 0}
+    cluster.assert_one_web_worker(NEW)
 
 
 def test_drain_playbook_sends_a_hosts_tasks_elsewhere_until_undrained(cluster) -> None:
