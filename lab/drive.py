@@ -84,6 +84,11 @@ class Run:
     def changed(self) -> dict[str, int]:
         return {host: counts["changed"] for host, counts in self.recap.items()}
 
+    def changed_results(self) -> int:
+        """Task and handler results reported changed, counted in the output: unlike the
+        recap, also there for a run cut short."""
+        return len(re.findall(r"^changed: \[", self.output, re.M))
+
     def unfolded(self) -> str:
         """The output with the YAML callback's line folding and quote doubling undone, for
         searching."""

@@ -1,10 +1,11 @@
-"""lab/lab.py's helpers shared by the container suites and benchmarks."""
+"""lab/lab.py's and lab/drive.py's helpers shared by the container suites and benchmarks."""
 
 from __future__ import annotations
 
 import fcntl
+from pathlib import Path
 
-from lab import lab
+from lab import drive, lab
 
 
 def test_play_recap_reads_every_count_of_every_host():
@@ -23,6 +24,22 @@ def test_play_recap_reads_every_count_of_every_host():
         "lab-worker-fast": {"ok": 61, "changed": 0, "unreachable": 1, "failed": 2,
                             "skipped": 11, "rescued": 0, "ignored": 0},
     }
+
+
+def test_changed_results_counts_a_cut_run_without_a_recap():
+    output = (
+        "TASK [Preflight | read the registry] *******************************************\n"
+        "ok: [lab-ai-core]\n"
+        "changed: [lab-worker-fast] => (item=pg_hba.conf)\n"
+        "  changed: [not a result line]\n"
+        "RUNNING HANDLER [postgresql_access : Reload PostgreSQL] ***********************\n"
+        "changed: [lab-ai-core]\n"
+        "[ERROR]: User interrupted execution\n"
+    )
+    cut = drive.Run("migrate-web.yml", 1, output, 3.0, Path("cut.log"))
+    assert (cut.recap, cut.changed_results()) == ({}, 2)
+    quiet = drive.Run("migrate-web.yml", 1, "ok: [lab-ai-core]\nchanged=0\n", 1.0, Path("q"))
+    assert quiet.changed_results() == 0
 
 
 def test_exclusive_makes_a_second_holder_wait(tmp_path, monkeypatch):

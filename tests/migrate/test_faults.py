@@ -345,6 +345,10 @@ def test_interrupted_at_each_play_boundary_then_run_again_converges(cluster) -> 
             cut = cluster.migrate(target, on=[(f"^{banner}", drive.interrupt)])
             assert cut.returncode != 0, f"not interrupted before play {boundary + 1}"
             assert "User interrupted execution" in cut.output or cut.returncode == -signal.SIGINT
+            if cut.changed_results() == 0 and boundary < len(plays) - 1:
+                # Cut before anything changed: the cluster is as this run found it, so the
+                # next run (cut at the next boundary) is this one's run again.
+                continue
             finish = cluster.migrate(target)
             assert finish.returncode == 0, (boundary, finish.output[-6000:])
             cluster.assert_one_web_worker(target)
