@@ -67,7 +67,9 @@ def test_database_without_tasks_table(tasks_db, run_probe):
 def test_coordinator_unreachable_with_pg_dsn(tasks_db, run_probe, sql_worker):
     before = sql_worker.count()
     url = coordinator_nowhere()
-    run = run_probe({"coordinator_url": url + "/", "prompt": "x", "pg_dsn": tasks_db.dsn})
+    # A refused connection is retried until the timeout (a restarting Coordinator): keep it short.
+    run = run_probe({"coordinator_url": url + "/", "prompt": "x", "pg_dsn": tasks_db.dsn,
+                     "timeout": 2})
     assert run.failed
     assert run.msg == (
         f"Coordinator unreachable at {url} ([Errno 111] Connection refused): "
@@ -104,7 +106,7 @@ def _shadow(tmp_path: Path, *packages: str) -> dict[str, str]:
 def test_falls_back_to_psycopg3(tasks_db, run_probe, tmp_path):
     # Past the PostgreSQL checks with psycopg2 hidden: the failure is the Coordinator's.
     url = coordinator_nowhere()
-    run = run_probe({"coordinator_url": url, "prompt": "x", **pg_args(tasks_db)},
+    run = run_probe({"coordinator_url": url, "prompt": "x", "timeout": 2, **pg_args(tasks_db)},
                     env=_shadow(tmp_path, "psycopg2"))
     assert run.msg.startswith(f"Coordinator unreachable at {url} ")
 
