@@ -1,6 +1,11 @@
 """Shared fixtures: throwaway PostgreSQL and Redis servers for the whole test session, and
 the check that podman can run the lab's containers.
 
+Under ``pytest -n 2`` (what ``./dev test`` runs) the tests form two groups, each run in
+order by one process: the container suites (``CONTAINER_SUITES``: the lab's and Molecule's,
+serialized by the lab lock anyway) and all the others. The container tests mostly wait on
+SSH, systemd and apt, so the rest runs beside them without two CPU-heavy suites at once.
+
 The repository's module_utils are importable as ``ansible.module_utils.<name>``, where Ansible
 puts them for a module, so tests import the modules of library/ as they are.
 """
@@ -42,6 +47,34 @@ def _alias_module_utils() -> None:
 
 
 _alias_module_utils()
+
+
+# The test files that start containers (their tests that do need ``podman_ready``).
+CONTAINER_SUITES = ("tests/migrate/", "tests/lab/test_molecule.py", "tests/lab/test_lab_script.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    misplaced = [item.nodeid for item in items
+                 if "podman_ready" in getattr(item, "fixturenames", ())
+                 and not item.nodeid.startswith(CONTAINER_SUITES)]
+    if misplaced:
+        raise pytest.UsageError(
+            f"{misplaced[0]} starts containers (it needs podman_ready) but its file is not in "
+            "CONTAINER_SUITES of tests/conftest.py: add it there, so it runs in the container "
+            "group")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scheduler, with two scopes: the container suites and the rest.
+    (``--dist loadgroup`` would do it with markers, but xdist 3.8 sets the group on a node
+    id attribute pytest 9.2 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ContainersBesideTheRest(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "containers" if nodeid.startswith(CONTAINER_SUITES) else "others"
+
+    return ContainersBesideTheRest(config, log)
 
 
 @pytest.fixture(scope="session")
