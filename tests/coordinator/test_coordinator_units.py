@@ -63,7 +63,8 @@ def test_config_defaults() -> None:
 
 def test_config_values() -> None:
     cfg = load_config(BASE | {
-        "REDIS_PORT": "6380", "REDIS_PASSWORD": "pw", "COORDINATOR_BIND": "0.0.0.0",
+        "REDIS_PORT": "6380", "REDIS_PASSWORD": "pw", "REDIS_USERNAME": "coordinator",
+        "COORDINATOR_BIND": "0.0.0.0",
         "COORDINATOR_PORT": "9000", "COORDINATOR_TOKEN": "t0k", "COORDINATOR_HEARTBEAT_TTL": "1.5",
         "COORDINATOR_WEB_TASK_DEADLINE": "0", "COORDINATOR_MAX_ATTEMPTS": "5",
         "COORDINATOR_TASK_TIMEOUT": "30", "COORDINATOR_MAX_PROMPT_BYTES": "100",
@@ -72,6 +73,8 @@ def test_config_values() -> None:
     assert cfg.log_level == "DEBUG"
     assert (cfg.redis_port, cfg.redis_password, cfg.bind, cfg.port) == (6380, "pw", "0.0.0.0",
                                                                         9000)
+    assert (cfg.redis_username, cfg.redis_user, load_config(BASE).redis_user) == (
+        "coordinator", "coordinator", "default")
     assert (cfg.token, cfg.heartbeat_ttl, cfg.web_task_deadline) == ("t0k", 1.5, 0)
     assert (cfg.max_attempts, cfg.task_timeout, cfg.max_prompt_bytes) == (5, 30, 100)
 
