@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -260,3 +261,23 @@ def test_a_worker_without_the_queue_fails_its_check_naming_the_user_and_the_fix(
     assert worker.wait_exit() == 1
     assert ("user 'worker_lab_worker_fast' refused: invalid username-password pair or user is "
             "disabled.; fix: check REDIS_USERNAME and REDIS_PASSWORD") in worker.output()
+
+
+def test_the_handler_quoting_passes_any_password_to_redis_cli():
+    # The role's ACL LOAD handler writes AUTH on redis-cli's standard input (the command line
+    # is what -vvv prints), each argument through the filter redis_cli_quote.
+    password = 'a "quoted" \\ pass\'word with spaces'
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    lines = ["user default off -@all", f"user admin on #{digest} ~* &* +@all"]
+    with ThrowawayRedis(password, acl_lines=lines) as server:
+        line = (f"AUTH {redis_role.redis_cli_quote('admin')} "
+                f"{redis_role.redis_cli_quote(password)}\nACL LOAD\n")
+        done = subprocess.run(["redis-cli", "-p", str(server.port), "--no-auth-warning"],
+                              input=line, capture_output=True, text=True, timeout=10,
+                              check=True)
+        assert done.stdout == "OK\nOK\n"
+        wrong = line.replace(redis_role.redis_cli_quote(password),
+                             redis_role.redis_cli_quote(password + "x"))
+        done = subprocess.run(["redis-cli", "-p", str(server.port), "--no-auth-warning"],
+                              input=wrong, capture_output=True, text=True, timeout=10)
+        assert "WRONGPASS" in done.stdout + done.stderr

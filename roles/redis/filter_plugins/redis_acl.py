@@ -124,9 +124,16 @@ def redis_acl_lines(workers: Sequence[Mapping[str, Any]], *, admin_user: str,
     return lines
 
 
+def redis_cli_quote(value: str) -> str:
+    """``value`` as one argument of a line redis-cli reads on standard input: double-quoted,
+    every byte as ``\\xHH``, so that no quote, backslash or space in a password can end it."""
+    return '"' + "".join(f"\\x{byte:02x}" for byte in str(value).encode()) + '"'
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "redis_worker_grants": redis_worker_grants,
             "redis_acl_lines": redis_acl_lines,
+            "redis_cli_quote": redis_cli_quote,
         }
