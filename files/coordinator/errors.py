@@ -52,14 +52,15 @@ def pg_login_message(exc: BaseException, cfg: Config) -> str:
 
 
 def redis_message(exc: BaseException, cfg: Config) -> str:
+    text = first_line(exc).rstrip(".")
     if isinstance(exc, NoPermissionError) or "noperm" in str(exc).lower():
         return (f"Redis at {cfg.redis_address} refused a command of user '{cfg.redis_user}': "
-                f"{first_line(exc)}. Check REDIS_USERNAME names the Coordinator's user "
+                f"{text}. Check REDIS_USERNAME names the Coordinator's user "
                 "(the redis role's redis_coordinator_user), and run site.yml so the redis "
                 "role grants it")
     if isinstance(exc, AuthenticationError) or "auth" in str(exc).lower():
         return (f"Redis at {cfg.redis_address} refused the login of user "
-                f"'{cfg.redis_user}': {first_line(exc)}. Check REDIS_USERNAME and "
+                f"'{cfg.redis_user}': {text}. Check REDIS_USERNAME and "
                 "REDIS_PASSWORD (the redis role's coordinator user and the password derived "
                 "for it), or that the user is not disabled")
     return (f"cannot connect to Redis at {cfg.redis_address}: {first_line(exc)}. Check "
