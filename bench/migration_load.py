@@ -44,7 +44,7 @@ for _path in (ROOT, ROOT / "files"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from coordinator_contract import WEB_QUEUE  # noqa: E402
+from coordinator_contract import REDIS_ADMIN_USER, WEB_QUEUE  # noqa: E402
 
 from lab import demo, lab  # noqa: E402
 
@@ -186,8 +186,9 @@ def run(args: argparse.Namespace, the_lab: lab.Lab, addresses: dict[str, str],
         set_standin_latency(addresses[host], args.standin_latency)
     url, token = demo.coordinator_url(), demo.read_token()
     redis_password = (lab.SECRETS_DIR / "redis_password").read_text().split()[0]
-    queue = redis.Redis(host=redis_address, port=6379, password=redis_password,
-                            decode_responses=True, socket_timeout=5)
+    # The redis role's admin user (`default` is off).
+    queue = redis.Redis(host=redis_address, port=6379, username=REDIS_ADMIN_USER,
+                        password=redis_password, decode_responses=True, socket_timeout=5)
 
     timeline, stop = Timeline(), threading.Event()
     routed: list[Routed] = []

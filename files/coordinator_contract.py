@@ -108,6 +108,52 @@ def worker_db_password(key: str, host: str) -> str:
     return hmac.new(key.encode(), f"worker-db:{host}".encode(), hashlib.sha256).hexdigest()
 
 
+# -- Redis users ------------------------------------------------------------------------------
+
+#: The Redis ACL user of each worker host is ``worker_<host>`` (like its PostgreSQL login);
+#: the Coordinator (its Reaper included) has its own; the redis role's own admin user runs
+#: ``ACL LOAD`` and health checks; ``default`` is off (docs/threat-model.md).
+WORKER_REDIS_USER_PREFIX = "worker_"
+COORDINATOR_REDIS_USER = "coordinator"
+REDIS_ADMIN_USER = "admin"
+#: What a worker sends (files/worker_base.py): PING (start-up check), LLEN, LPOS, RPUSH,
+#: LINDEX, BLMOVE and LREM on its own queues and its own processing lists. AUTH and HELLO
+#: need no grant; CLIENT SETINFO, which the client library tries, may be refused.
+WORKER_REDIS_COMMANDS = ("ping", "llen", "lpos", "rpush", "lindex", "blmove", "lrem")
+#: What the Coordinator and its Reaper send (files/coordinator/): PING, LPUSH, LLEN, LRANGE,
+#: MULTI/EXEC (the Reaper's snapshot; DISCARD if it is abandoned), CLIENT SETNAME.
+COORDINATOR_REDIS_COMMANDS = ("ping", "llen", "lpush", "lrange", "multi", "exec", "discard",
+                              "client|setname")
+#: The key patterns of the Coordinator's user: every queue and every processing list.
+COORDINATOR_REDIS_KEYS = ("tasks:*", "processing:*")
+
+
+def worker_redis_user(host: str) -> str:
+    """The Redis ACL user of one worker host: ``worker_<host>``, the same name as its
+    PostgreSQL login (``worker_db_role``), e.g. ``worker_lab_worker_fast``."""
+    return WORKER_REDIS_USER_PREFIX + _ROLE_UNSAFE.sub("_", host.lower())
+
+
+def worker_redis_password(key: str, host: str) -> str:
+    """The password of ``worker_redis_user(host)``, derived from ``key`` (the inventories use
+    the same vault key as ``worker_db_password``; the label differs, so neither password says
+    anything about the other). Ansible puts its SHA-256 in the Redis ACL file and the
+    password itself only on that worker host."""
+    return hmac.new(key.encode(), f"worker-redis:{host}".encode(), hashlib.sha256).hexdigest()
+
+
+def coordinator_redis_password(key: str) -> str:
+    """The password of the Coordinator's Redis user, derived from ``key`` (the Redis admin
+    password): the Coordinator's environment then holds nothing that logs in as admin."""
+    return hmac.new(key.encode(), b"coordinator-redis", hashlib.sha256).hexdigest()
+
+
+def worker_redis_keys(queues: Iterable[str], worker_ids: Iterable[str]) -> list[str]:
+    """The keys a worker host's Redis user may touch: its workers' queues and their own
+    processing lists, sorted, each once."""
+    return sorted(set(queues) | {processing_list(worker_id) for worker_id in worker_ids})
+
+
 # -- the worker side of the guarded state machine (docs/design.md) -----------------------------
 
 # The claim is committed without waiting for its WAL flush (the created row and the result

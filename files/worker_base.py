@@ -122,6 +122,8 @@ class BaseConfig:
     worker_host: str
     coordinator_timeout: float
     shutdown_timeout: float
+    # The Redis ACL user (worker_<host>, from the worker role); None is Redis' default user.
+    redis_username: str | None
 
     @classmethod
     def base_fields(cls, env: EnvReader) -> dict[str, Any]:
@@ -129,6 +131,7 @@ class BaseConfig:
             "redis_host": env.required("REDIS_HOST"),
             "redis_port": env.port("REDIS_PORT", 6379),
             "redis_password": env.optional("REDIS_PASSWORD"),
+            "redis_username": env.optional("REDIS_USERNAME"),
             "pg_dsn": env.required("PG_DSN"),
             "coordinator_url": http_url(env.required("COORDINATOR_URL")),
             "coordinator_token": env.optional("COORDINATOR_TOKEN"),
@@ -315,9 +318,9 @@ class Worker:
         self.instance_id = str(uuid.uuid4())
         self.app_name = f"{self.program} {cfg.worker_id} {cfg.worker_host} pid={os.getpid()}"
         self.redis = redis.Redis(
-            host=cfg.redis_host, port=cfg.redis_port, password=cfg.redis_password,
-            socket_connect_timeout=5, socket_timeout=TAKE_BLOCK_SECONDS + 10,
-            decode_responses=True,
+            host=cfg.redis_host, port=cfg.redis_port, username=cfg.redis_username,
+            password=cfg.redis_password, socket_connect_timeout=5,
+            socket_timeout=TAKE_BLOCK_SECONDS + 10, decode_responses=True,
             # One immediate reconnect (an idle connection the server closed); longer outages
             # are the worker's own loop, which logs them once.
             retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
@@ -402,12 +405,26 @@ class Worker:
 
     def check_redis(self) -> None:
         address = f"{self.cfg.redis_host}:{self.cfg.redis_port}"
+        user = self.cfg.redis_username or "default"
         try:
             self.redis.ping()
+            # Every key the loop uses, so a user without them fails here, not at the first
+            # task (LLEN is read-only).
+            for key in [*self.queues, self.processing]:
+                self.redis.llen(key)
         except redis.AuthenticationError as error:
             raise CheckFailed(
-                f"Redis check FAILED at {address}: {one_line(error)}; "
-                "fix: check REDIS_PASSWORD (it must equal requirepass in redis.conf)"
+                f"Redis check FAILED at {address}: user '{user}' refused: {one_line(error)}; "
+                "fix: check REDIS_USERNAME and REDIS_PASSWORD (the worker role derives them "
+                "for this host, worker_<host>, from worker_redis_password_key; run site.yml "
+                "so the redis role has the same user)"
+            ) from None
+        except redis.exceptions.NoPermissionError as error:
+            raise CheckFailed(
+                f"Redis check FAILED at {address}: user '{user}' may not use its keys: "
+                f"{one_line(error)}; fix: run site.yml (or migrate-web.yml for a web worker) "
+                "so the redis role grants this host's user its workers' queues and "
+                "processing lists"
             ) from None
         except redis.RedisError as error:
             text = one_line(error)

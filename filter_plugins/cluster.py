@@ -277,10 +277,26 @@ def worker_db_login(host: str, key: str) -> dict[str, str]:
             "password": contract.worker_db_password(key, host)}
 
 
+def worker_redis_login(host: str, key: str) -> dict[str, str]:
+    """{name, password} of a worker host's own Redis ACL user, as the redis and worker roles
+    derive it from ``key``."""
+    return {"name": contract.worker_redis_user(host),
+            "password": contract.worker_redis_password(key, host)}
+
+
+def coordinator_redis_login(key: str) -> dict[str, str]:
+    """{name, password} of the Coordinator's Redis ACL user, its password derived from
+    ``key`` (the Redis admin password), as the redis role sets it."""
+    return {"name": contract.COORDINATOR_REDIS_USER,
+            "password": contract.coordinator_redis_password(key)}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "worker_db_login": worker_db_login,
+            "worker_redis_login": worker_redis_login,
+            "coordinator_redis_login": coordinator_redis_login,
             "reach_problems": reach_problems,
             "running_workers": running_workers,
             "worker_addresses": worker_addresses,

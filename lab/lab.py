@@ -50,6 +50,10 @@ SSH_KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 ADMIN_PASSWORD = SSH_DIR / "admin_password"
 ADMIN_USER = "admin"
+# The redis role's admin user (roles/redis/defaults/main.yml redis_admin_user), whose
+# password is the lab's redis_password: tests and benchmarks read the lab's Redis as it, since
+# the `default` user is off.
+REDIS_ADMIN_USER = "admin"
 APT_ARCHIVES = STATE_DIR / "apt-archives"
 # Generated on `create` unless present; the lab inventory reads them with the password lookup.
 SECRET_NAMES = ("coordinator_db_password", "redis_password", "coordinator_token",

@@ -184,11 +184,13 @@ class CoordinatorProcess:
     """``python -m coordinator`` from files/, as its service runs it, on a free port; ready
     once /health answers 200. ``settings`` are COORDINATOR_* variables without the prefix
     (``heartbeat_ttl=2``); none is inherited from this environment. ``open_files``: the soft
-    open-file limit it starts with (see ``soft_open_files``)."""
+    open-file limit it starts with (see ``soft_open_files``). ``redis_login``: the Redis ACL
+    user (name, password) it logs in as, instead of ``redis``'s requirepass password."""
 
     def __init__(self, dsn: str, redis: ThrowawayRedis, log: Path, *,
                  token: str | None = None, port: int | None = None, timeout: float = 60,
-                 open_files: int | None = None, **settings: Any) -> None:
+                 open_files: int | None = None, redis_login: tuple[str, str] | None = None,
+                 **settings: Any) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token
@@ -197,6 +199,8 @@ class CoordinatorProcess:
                      for name, value in settings.items()}
         variables.update(PG_DSN=dsn, REDIS_HOST="127.0.0.1", REDIS_PORT=str(redis.port),
                          REDIS_PASSWORD=redis.password, COORDINATOR_PORT=str(self.port))
+        if redis_login is not None:  # an ACL user (name, password) instead of requirepass
+            variables.update(REDIS_USERNAME=redis_login[0], REDIS_PASSWORD=redis_login[1])
         if token:
             variables["COORDINATOR_TOKEN"] = token
         self.process = Process([sys.executable, "-m", "coordinator"],

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -233,10 +233,15 @@ class ThrowawayPostgres(_Throwaway):
 
 
 class ThrowawayRedis(_Throwaway):
-    """A redis-server on a free loopback port with a password and a temporary directory."""
+    """A redis-server on a free loopback port with a password and a temporary directory.
 
-    def __init__(self, password: str = "redis-test-password") -> None:
+    With ``acl_lines`` (the redis role's ACL file lines) it has those users, in an aclfile as
+    the role writes it, instead of ``requirepass``; ``password`` is then nobody's."""
+
+    def __init__(self, password: str = "redis-test-password",
+                 acl_lines: Sequence[str] | None = None) -> None:
         self.password = password
+        self.acl_lines = list(acl_lines) if acl_lines is not None else None
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="throwaway-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -245,9 +250,15 @@ class ThrowawayRedis(_Throwaway):
 
     def start(self) -> ThrowawayRedis:
         conf = self.root / "redis.conf"
+        users = f"requirepass {self.password}\n"
+        if self.acl_lines is not None:
+            aclfile = self.root / "users.acl"
+            aclfile.write_text("".join(f"{line}\n" for line in self.acl_lines))
+            aclfile.chmod(0o600)
+            users = f"aclfile {aclfile}\n"
         conf.write_text(
             f"port {self.port}\nbind 127.0.0.1\nprotected-mode yes\n"
-            f"requirepass {self.password}\ndir {self.root}\nsave \"\"\nappendonly no\n"
+            f"{users}dir {self.root}\nsave \"\"\nappendonly no\n"
             f"logfile {self.root / 'redis.log'}\n"
         )
         conf.chmod(0o600)

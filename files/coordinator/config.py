@@ -29,6 +29,8 @@ class Config:
     redis_host: str
     redis_port: int = 6379
     redis_password: str | None = None
+    # The Redis ACL user (the redis role's coordinator user); None is Redis' default user.
+    redis_username: str | None = None
     bind: str = "127.0.0.1"
     port: int = 8000
     token: str | None = None
@@ -82,6 +84,11 @@ class Config:
     @property
     def redis_address(self) -> str:
         return f"{self.redis_host}:{self.redis_port}"
+
+    @property
+    def redis_user(self) -> str:
+        """The Redis user the Coordinator logs in as, for messages."""
+        return self.redis_username or "default"
 
 
 #: Every setting's default, for load_config and for the docs: the one place they live.
@@ -209,6 +216,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         redis_host=redis_host,
         redis_port=_port(env, "REDIS_PORT", d.redis_port),
         redis_password=env.get("REDIS_PASSWORD") or None,
+        redis_username=(env.get("REDIS_USERNAME") or "").strip() or None,
         bind=bind,
         port=_port(env, "COORDINATOR_PORT", d.port),
         token=token,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import psycopg_pool
-from redis.exceptions import AuthenticationError, RedisError
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from .config import Config
 
@@ -52,8 +52,16 @@ def pg_login_message(exc: BaseException, cfg: Config) -> str:
 
 
 def redis_message(exc: BaseException, cfg: Config) -> str:
+    text = first_line(exc).rstrip(".")
+    if isinstance(exc, NoPermissionError) or "noperm" in str(exc).lower():
+        return (f"Redis at {cfg.redis_address} refused a command of user '{cfg.redis_user}': "
+                f"{text}. Check REDIS_USERNAME names the Coordinator's user "
+                "(the redis role's redis_coordinator_user), and run site.yml so the redis "
+                "role grants it")
     if isinstance(exc, AuthenticationError) or "auth" in str(exc).lower():
-        return (f"Redis at {cfg.redis_address} refused the password: {first_line(exc)}. "
-                "Check REDIS_PASSWORD")
+        return (f"Redis at {cfg.redis_address} refused the login of user "
+                f"'{cfg.redis_user}': {text}. Check REDIS_USERNAME and "
+                "REDIS_PASSWORD (the redis role's coordinator user and the password derived "
+                "for it), or that the user is not disabled")
     return (f"cannot connect to Redis at {cfg.redis_address}: {first_line(exc)}. Check "
             "REDIS_HOST and REDIS_PORT and that the server is running")

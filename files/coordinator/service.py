@@ -37,8 +37,8 @@ log = logging.getLogger("coordinator")
 
 def make_redis(cfg: Config) -> aioredis.Redis:
     return aioredis.Redis(
-        host=cfg.redis_host, port=cfg.redis_port, password=cfg.redis_password,
-        socket_timeout=5, socket_connect_timeout=3,
+        host=cfg.redis_host, port=cfg.redis_port, username=cfg.redis_username,
+        password=cfg.redis_password, socket_timeout=5, socket_connect_timeout=3,
         retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2),
         decode_responses=False, client_name="coordinator",
     )

@@ -143,6 +143,11 @@ def test_unreachable_postgres_and_wrong_redis_password(backends: Backends) -> No
     code, stderr = run_failing(backends.env(COORDINATOR_PORT=str(free_port()),
                                             REDIS_PASSWORD="wrong"))
     assert code == 1 and "REDIS_PASSWORD" in stderr and len(stderr.splitlines()) == 1
+    assert "refused the login of user 'default'" in stderr
+    code, stderr = run_failing(backends.env(COORDINATOR_PORT=str(free_port()),
+                                            REDIS_USERNAME="coordinator"))
+    assert code == 1 and len(stderr.splitlines()) == 1
+    assert "refused the login of user 'coordinator'" in stderr and "REDIS_USERNAME" in stderr
 
 
 def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None:

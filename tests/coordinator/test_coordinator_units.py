@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import coordinator_contract as contract
 import jsonschema
 import pytest
+import redis.exceptions
 from coordinator_contract import INFERENCE_TYPES
 
 from coordinator import __version__
@@ -17,6 +18,7 @@ from coordinator import statemachine as sm
 from coordinator.api_models import RegisterBody
 from coordinator.app import validation_message
 from coordinator.config import ConfigError, load_config
+from coordinator.errors import redis_message
 from coordinator.reaper import (
     Fail,
     InstanceView,
@@ -63,7 +65,8 @@ def test_config_defaults() -> None:
 
 def test_config_values() -> None:
     cfg = load_config(BASE | {
-        "REDIS_PORT": "6380", "REDIS_PASSWORD": "pw", "COORDINATOR_BIND": "0.0.0.0",
+        "REDIS_PORT": "6380", "REDIS_PASSWORD": "pw", "REDIS_USERNAME": "coordinator",
+        "COORDINATOR_BIND": "0.0.0.0",
         "COORDINATOR_PORT": "9000", "COORDINATOR_TOKEN": "t0k", "COORDINATOR_HEARTBEAT_TTL": "1.5",
         "COORDINATOR_WEB_TASK_DEADLINE": "0", "COORDINATOR_MAX_ATTEMPTS": "5",
         "COORDINATOR_TASK_TIMEOUT": "30", "COORDINATOR_MAX_PROMPT_BYTES": "100",
@@ -72,6 +75,8 @@ def test_config_values() -> None:
     assert cfg.log_level == "DEBUG"
     assert (cfg.redis_port, cfg.redis_password, cfg.bind, cfg.port) == (6380, "pw", "0.0.0.0",
                                                                         9000)
+    assert (cfg.redis_username, cfg.redis_user, load_config(BASE).redis_user) == (
+        "coordinator", "coordinator", "default")
     assert (cfg.token, cfg.heartbeat_ttl, cfg.web_task_deadline) == ("t0k", 1.5, 0)
     assert (cfg.max_attempts, cfg.task_timeout, cfg.max_prompt_bytes) == (5, 30, 100)
 
@@ -444,3 +449,20 @@ def test_worker_tokens_name_their_worker_and_need_the_key() -> None:
     assert contract.token_worker("k", token.replace("mac.lan", "pc.lan")) is None
     assert contract.token_worker("k", "operator-token") is None
     assert contract.token_worker("k", "worker.é.x") is None
+
+
+def test_a_refused_redis_login_or_command_names_the_user_and_the_fix() -> None:
+    cfg = load_config(BASE | {"REDIS_USERNAME": "coordinator", "REDIS_PORT": "6390"})
+    wrong = redis.exceptions.AuthenticationError(
+        "invalid username-password pair or user is disabled.")
+    assert redis_message(wrong, cfg) == (
+        "Redis at r:6390 refused the login of user 'coordinator': invalid username-password "
+        "pair or user is disabled. Check REDIS_USERNAME and REDIS_PASSWORD (the redis role's "
+        "coordinator user and the password derived for it), or that the user is not disabled")
+    refused = redis.exceptions.NoPermissionError(
+        "this user has no permissions to run the 'lpush' command")
+    assert redis_message(refused, cfg) == (
+        "Redis at r:6390 refused a command of user 'coordinator': this user has no "
+        "permissions to run the 'lpush' command. Check REDIS_USERNAME names the "
+        "Coordinator's user (the redis role's redis_coordinator_user), and run site.yml so "
+        "the redis role grants it")

@@ -115,7 +115,8 @@ def cluster(podman_ready: None) -> Iterator[Cluster]:
             the_lab, playbooks, drive.Coordinator(the_lab.coordinator_url),
             {name: drive.Node(name, address, the_lab.network)
              for name, address in the_lab.nodes.items()},
-            f"redis://:{password}@{core}:6379/0")
+            # The redis role's admin user: `default` is off.
+            f"redis://{lab.REDIS_ADMIN_USER}:{password}@{core}:6379/0")
         try:
             prepared = playbooks.run("lab/prepare.yml", lab.INVENTORY)
             assert prepared.returncode == 0, prepared.output[-5000:]

@@ -20,6 +20,23 @@ LOGIN = ("import sys, psycopg2\n"
          "except psycopg2.Error as e:\n    print(str(e).strip().splitlines()[0])\n")
 
 
+# Logs in to Redis with "user password host" on standard input; prints "ok" or the error.
+REDIS_LOGIN = ("import sys, redis\nuser, password, host = sys.stdin.read().split()\n"
+               "try:\n    redis.Redis(host=host, username=user, password=password,\n"
+               "                socket_timeout=5).ping(); print('ok')\n"
+               "except redis.RedisError as e:\n    print(e)\n")
+
+
+def redis_login_from(node, user: str, password: str, host: str) -> str:
+    return node.sh("/opt/coordinator-worker/venv/bin/python", "-c", REDIS_LOGIN,
+                   input_text=f"{user} {password} {host}", check=True).stdout.strip()
+
+
+def env_value(env: str, name: str) -> str:
+    return next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
+                if line.startswith(f"{name}="))
+
+
 def login_from(node, dsn: str) -> str:
     return node.sh("/opt/coordinator-worker/venv/bin/python", "-c", LOGIN, input_text=dsn,
                    check=True).stdout.strip()
@@ -28,8 +45,8 @@ def login_from(node, dsn: str) -> str:
 def test_rotating_the_worker_keys_and_running_site_yml_gives_every_worker_new_secrets(
         cluster) -> None:
     """The documented rotation (docs/operating.md): new vault_worker_db_key and
-    vault_worker_token_key, then site.yml. The old database password and the old worker
-    token stop working, the new ones work, and the cluster still serves."""
+    vault_worker_token_key, then site.yml. The old database and Redis passwords and the old
+    worker token stop working, the new ones work, and the cluster still serves."""
     web_host = cluster.web_host()
     node = cluster.nodes[web_host]
     db_key_file, token_key_file = (lab.SECRETS_DIR / "worker_db_key",
@@ -52,6 +69,17 @@ def test_rotating_the_worker_keys_and_running_site_yml_gives_every_worker_new_se
     assert login_from(node, dsn.replace(new_password, old_password)) == (
         f'connection to server at "{cluster.nodes["lab-ai-core"].address}", port 5432 failed: '
         f'FATAL:  password authentication failed for user "{login}"')
+    # The host's Redis user has a new password too (same key, another label); the old one
+    # is refused by the Redis the role loaded the new users into.
+    redis_host = cluster.nodes["lab-ai-core"].address
+    user, redis_password = env_value(env, "REDIS_USERNAME"), env_value(env, "REDIS_PASSWORD")
+    old_redis_password = contract.worker_redis_password(old_db_key, web_host)
+    assert (user, redis_password) == (contract.worker_redis_user(web_host),
+                                      contract.worker_redis_password(new_db_key, web_host))
+    assert old_redis_password not in env
+    assert redis_login_from(node, user, redis_password, redis_host) == "ok"
+    assert redis_login_from(node, user, old_redis_password, redis_host) == (
+        "invalid username-password pair or user is disabled.")
     # The worker's old token is refused as unknown (401); its new one is its own (403 here).
     worker_id = f"web-worker-{web_host}"
     old_token = contract.worker_token(old_token_key, worker_id)
@@ -88,6 +116,13 @@ def test_no_secret_in_any_verbose_output(cluster) -> None:
     db_key = secrets.pop("worker_db_key")
     secrets["lab-ai-core's database password"] = contract.worker_db_password(db_key,
                                                                              "lab-ai-core")
+    # So are its Redis password, from the same key, and the Coordinator's, derived from the
+    # Redis admin password, which itself is only in the ACL file (as a hash) and the vault.
+    secrets["lab-ai-core's Redis password"] = contract.worker_redis_password(db_key,
+                                                                             "lab-ai-core")
+    redis_admin = secrets.pop("redis_password")
+    secrets["the Coordinator's Redis password"] = contract.coordinator_redis_password(
+        redis_admin)
     for name, value in secrets.items():
         assert len(value) >= 16, f"{name} is too short to be a meaningful canary"
         # Each is really in use on the nodes (in the Coordinator's or a worker's
@@ -97,6 +132,7 @@ def test_no_secret_in_any_verbose_output(cluster) -> None:
     # every run above became root with it.
     secrets["admin_password"] = lab.ADMIN_PASSWORD.read_text().split()[0]
     secrets["worker_db_key"] = db_key
+    secrets["redis_password"] = redis_admin
     for name, value in secrets.items():
         leaks = [index for index, output in enumerate(outputs) if value in output]
         assert not leaks, f"{name} appears in the -vvv output of playbook runs {leaks}"

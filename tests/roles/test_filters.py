@@ -1,29 +1,17 @@
-"""The filter plugins: the worker role's (records, service manager states) and the playbooks'
-(hosts that cannot be used, the workers the service managers run). No Ansible run needed."""
+"""The filter plugins: the worker role's (records, service manager states), the redis role's
+(the ACL users) and the playbooks' (hosts that cannot be used, the workers the service
+managers run). No Ansible run needed."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
+import hashlib
 
 import coordinator_contract as contract
 import jinja2
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem + "_filters", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-worker = load(REPO / "roles" / "worker" / "filter_plugins" / "worker.py")
-cluster = load(REPO / "filter_plugins" / "cluster.py")
+from tests.filter_kit import REPO, cluster, load, redis_role, worker
 
 SETTINGS = {
     "node_name": "macbookair", "node_address": "192.168.0.43",
@@ -46,13 +34,14 @@ def test_records_fill_in_every_default_and_keep_the_environment_apart():
     web, infer = resolved["records"]
     assert web == {
         "name": "web-worker", "kind": "web", "state": "present",
-        "worker_id": "web-worker-macbookair", "host": "192.168.0.43",
+        "worker_id": "web-worker-macbookair", "host": "192.168.0.43", "queues": ["tasks:web"],
         "label": "jp.mapleharp.coordinator-web-worker", "script": "worker_web.py",
         "unit": "web-worker.service", "env_file": "/etc/coordinator-worker/web-worker.env",
         "plist": "/Users/m/Library/LaunchAgents/jp.mapleharp.coordinator-web-worker.plist",
         "log": "/Users/m/Library/Logs/coordinator/web-worker.log",
     }
-    assert (infer["worker_id"], infer["state"]) == ("macbookair", "absent")
+    assert (infer["worker_id"], infer["state"], infer["queues"]) == (
+        "macbookair", "absent", ["tasks:cpu:macbookair"])
     # No record carries a secret: tasks loop over them, and -vvv prints loop items.
     assert "secret" not in repr(resolved["records"])
     env = resolved["envs"]["inference-worker"]
@@ -358,3 +347,90 @@ def test_with_a_db_key_each_host_logs_in_as_its_own_login_which_the_database_sid
     assert cluster.worker_db_login("macbookair", "db-key") == {
         "name": login["name"], "password": login["password"]}
     assert pg_role.worker_db_group() == contract.WORKER_DB_GROUP
+
+
+KEY = "the-workers-key-from-the-vault"
+
+
+def test_with_a_redis_key_each_host_logs_in_as_its_own_user_which_the_redis_side_makes():
+    redis = {"user": "", "password": "", "password_key": KEY, "login_host": "macbookair"}
+    resolved = worker.worker_records(
+        [{"name": "web-worker", "kind": "web"},
+         {"name": "inference-worker", "kind": "inference", "env": {"WORKER_DEVICE": "gpu"}}],
+        **SETTINGS, redis=redis)
+    env = resolved["envs"]["web-worker"]
+    login = cluster.worker_redis_login("macbookair", KEY)
+    assert (env["REDIS_USERNAME"], env["REDIS_PASSWORD"]) == (login["name"], login["password"])
+    assert login["name"] == "worker_macbookair"
+    # Not the database password: the same key, another label.
+    assert login["password"] != cluster.worker_db_login("macbookair", KEY)["password"]
+    assert [r["queues"] for r in resolved["records"]] == [["tasks:web"], ["tasks:gpu:macbookair"]]
+    # The redis role's line for this host holds only the hash of that password.
+    (grant,) = redis_role.redis_worker_grants(
+        {"web_workers": ["macbookair"]}, {"macbookair": {"worker_status": resolved["records"]}},
+        ["web_workers", "inference_workers"])
+    lines = redis_role.redis_acl_lines([grant], admin_user="admin", admin_password="a" * 20,
+                                       coordinator_user="coordinator",
+                                       worker_password_key=KEY)
+    digest = hashlib.sha256(login["password"].encode()).hexdigest()
+    assert lines[-1] == (
+        f"user worker_macbookair on #{digest} resetchannels ~processing:macbookair "
+        "~processing:web-worker-macbookair ~tasks:gpu:macbookair ~tasks:web "
+        "-@all +ping +llen +lpos +rpush +lindex +blmove +lrem")
+    assert login["password"] not in "\n".join(lines)
+
+
+def status(*records: tuple[str, str, str, list[str]]) -> dict:
+    return {"worker_status": [{"kind": kind, "worker_id": wid, "state": state, "queues": queues}
+                              for kind, wid, state, queues in records]}
+
+
+def test_redis_grants_follow_the_groups_and_each_hosts_present_workers():
+    hostvars = {
+        "core": status(("inference", "core", "present", ["tasks:cpu:core"]),
+                       ("web", "web-worker-core", "absent", ["tasks:web"])),
+        "air": status(("inference", "air", "present", ["tasks:cpu:air"]),
+                      ("web", "web-worker-air", "present", ["tasks:web"])),
+        "gone": status(("web", "web-worker-gone", "absent", ["tasks:web"])),
+    }
+    groups = {"inference_workers": ["core", "air"], "web_workers": ["air"]}
+    grants = redis_role.redis_worker_grants(groups, hostvars, ["web_workers", "inference_workers"])
+    assert grants == [
+        {"host": "air", "queues": ["tasks:cpu:air", "tasks:web"],
+         "worker_ids": ["air", "web-worker-air"]},
+        {"host": "core", "queues": ["tasks:cpu:core"], "worker_ids": ["core"]},
+    ]
+    # A web worker being moved away keeps its queue until it is stopped.
+    kept = redis_role.redis_worker_grants(groups, hostvars, ["web_workers"], ["core"])
+    assert kept[1] == {"host": "core", "queues": ["tasks:cpu:core", "tasks:web"],
+                       "worker_ids": ["core", "web-worker-core"]}
+    # A group missing from the inventory is no host.
+    assert redis_role.redis_worker_grants(groups, hostvars, ["rag_workers"]) == []
+
+
+def test_redis_grants_need_the_worker_records():
+    with pytest.raises(redis_role.RedisAclError, match="air published no worker records"):
+        redis_role.redis_worker_grants({"web_workers": ["air"]}, {"air": {}}, ["web_workers"])
+
+
+def test_redis_acl_lines_disable_default_and_refuse_what_cannot_be_written():
+    kwargs = {"admin_user": "admin", "admin_password": "p" * 20,
+              "coordinator_user": "coordinator", "worker_password_key": "k" * 20}
+    lines = redis_role.redis_acl_lines([], **kwargs)
+    assert lines[0] == "user default off resetkeys resetchannels -@all"
+    assert lines[1].startswith("user admin on #") and lines[1].endswith(" ~* &* +@all")
+    assert lines[2].endswith(" resetchannels ~tasks:* ~processing:* -@all +ping +llen +lpush "
+                             "+lrange +multi +exec +discard +client|setname")
+    assert "p" * 20 not in "\n".join(lines)
+    # A worker id with glob characters matches itself only.
+    (line,) = redis_role.redis_acl_lines(
+        [{"host": "h", "queues": [], "worker_ids": ["a*b"]}], **kwargs)[3:]
+    assert " ~processing:a\\*b " in line
+    with pytest.raises(redis_role.RedisAclError, match="no spaces"):
+        redis_role.redis_acl_lines([{"host": "h", "queues": ["a b"], "worker_ids": []}],
+                                   **kwargs)
+    with pytest.raises(redis_role.RedisAclError, match="redis_worker_password_key"):
+        redis_role.redis_acl_lines([{"host": "h", "queues": [], "worker_ids": []}],
+                                   **kwargs | {"worker_password_key": ""})
+    with pytest.raises(redis_role.RedisAclError, match="must differ"):
+        redis_role.redis_acl_lines([], **kwargs | {"coordinator_user": "admin"})

@@ -117,6 +117,7 @@ def test_plist_has_every_key_and_the_environment(runs):
         "PYTHONUNBUFFERED": "1",
         "REDIS_HOST": "10.89.20.40",
         "REDIS_PORT": "6379",
+        "REDIS_USERNAME": "worker_macbookair",
         "REDIS_PASSWORD": "redis-secret",
         "PG_DSN": "host=10.89.20.40 port=5432 dbname=coordinator user=coordinator "
                   "password='pg pass with \\'quote\\' & <xml>'",

@@ -95,10 +95,10 @@ def rds(redis_server: ThrowawayRedis) -> Iterator[redis.Redis]:
 
 
 class Tasks:
-    """Reads the tasks table as a user's psql would."""
+    """Reads the tasks table as a user's psql would (of ``pg``'s database, or ``dsn``'s)."""
 
-    def __init__(self, pg: ThrowawayPostgres) -> None:
-        self.dsn = pg.dsn
+    def __init__(self, pg: ThrowawayPostgres, dsn: str | None = None) -> None:
+        self.dsn = dsn or pg.dsn
         self.conn = self._connect()
 
     def _connect(self) -> psycopg2.extensions.connection:

@@ -29,9 +29,11 @@ def test_check_fails_with_the_checks_message(web_env, redis_server):
     done = _check({**web_env, "REDIS_PASSWORD": "not-the-password"})
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1].endswith(
-        f"ERROR Redis check FAILED at 127.0.0.1:{redis_server.port}: invalid "
-        "username-password pair or user is disabled.; fix: check REDIS_PASSWORD "
-        "(it must equal requirepass in redis.conf)")
+        f"ERROR Redis check FAILED at 127.0.0.1:{redis_server.port}: user 'default' "
+        "refused: invalid username-password pair or user is disabled.; fix: check "
+        "REDIS_USERNAME and REDIS_PASSWORD (the worker role derives them for this host, "
+        "worker_<host>, from worker_redis_password_key; run site.yml so the redis role has "
+        "the same user)")
 
 
 def test_check_reads_the_environment_from_stdin(web_env, coordinator):

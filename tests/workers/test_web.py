@@ -337,9 +337,11 @@ def _fails_at_start(start_worker, env, ok_before: list[str]) -> str:
 
 def test_wrong_redis_password(web_env, start_worker, redis_server):
     error = _fails_at_start(start_worker, {**web_env, "REDIS_PASSWORD": "not-the-password"}, [])
-    assert error == (f"Redis check FAILED at 127.0.0.1:{redis_server.port}: invalid "
-                     "username-password pair or user is disabled.; fix: check REDIS_PASSWORD "
-                     "(it must equal requirepass in redis.conf)")
+    assert error == (f"Redis check FAILED at 127.0.0.1:{redis_server.port}: user 'default' "
+                     "refused: invalid username-password pair or user is disabled.; fix: "
+                     "check REDIS_USERNAME and REDIS_PASSWORD (the worker role derives them "
+                     "for this host, worker_<host>, from worker_redis_password_key; run "
+                     "site.yml so the redis role has the same user)")
 
 
 def test_redis_unreachable(web_env, start_worker):

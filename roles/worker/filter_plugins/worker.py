@@ -51,6 +51,7 @@ def worker_records(
     launchd_dir: str,
     log_dir: str,
     token_key: str | None = None,
+    redis: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """{"records": [one per worker], "envs": {name: its environment}}.
 
@@ -59,7 +60,20 @@ def worker_records(
     Each worker's environment is ``base_env`` (the role's settings), its PG_DSN, WORKER_ID,
     WORKER_HOST and (inference) WORKER_DEVICE, with ``token_key`` its own COORDINATOR_TOKEN
     (derived from the key and its id), then ``worker_env``, then the entry's own ``env``;
-    every value a string, as a process environment has them."""
+    every value a string, as a process environment has them.
+
+    ``redis`` holds ``user`` and ``password``, or ``password_key`` and ``login_host``: then
+    REDIS_USERNAME and REDIS_PASSWORD are the host's own Redis ACL user (worker_<host>, the
+    redis role makes it from the same key). Each record names the ``queues`` its worker
+    takes from, which the redis role grants to that host's user with its processing list."""
+    redis_env = {"REDIS_USERNAME": (redis or {}).get("user") or "",
+                 "REDIS_PASSWORD": (redis or {}).get("password") or ""}
+    if redis and redis.get("password_key"):
+        redis_env = {
+            "REDIS_USERNAME": contract.worker_redis_user(redis["login_host"]),
+            "REDIS_PASSWORD": contract.worker_redis_password(redis["password_key"],
+                                                             redis["login_host"]),
+        }
     user, password = db["user"], db.get("password") or ""
     if db.get("password_key"):
         # The host's own login (the postgresql_access role makes it from the same key).
@@ -72,6 +86,7 @@ def worker_records(
         default_id = f"web-worker-{node_name}" if kind == "web" else node_name
         env: dict[str, Any] = {
             **base_env,
+            **redis_env,
             "PG_DSN": dsn,
             "WORKER_ID": item.get("worker_id") or default_id,
             "WORKER_HOST": node_address,
@@ -84,12 +99,15 @@ def worker_records(
         env.update(item.get("env") or {})
         env = {key: "" if value is None else str(value) for key, value in env.items()}
         label = item.get("label") or f"{label_prefix}{name}"
+        queues = ([contract.inference_queue(env.get("WORKER_DEVICE") or "cpu", env["WORKER_ID"])]
+                  if kind == "inference" else [contract.KIND_QUEUES[kind]])
         records.append({
             "name": name,
             "kind": kind,
             "state": item.get("state") or "present",
             "worker_id": env["WORKER_ID"],
             "host": env["WORKER_HOST"],
+            "queues": queues,
             "label": label,
             "script": scripts[kind],
             "unit": f"{name}.service",
