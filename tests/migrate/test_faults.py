@@ -165,8 +165,22 @@ def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> Non
     start = ("set -a; . /root/by-hand.env; set +a; cd /opt/coordinator-worker/app &&"
              " /opt/coordinator-worker/venv/bin/python worker_web.py")
     core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)
-    # The web host's database login works from the web host's address only: the copy is
-    # refused by PostgreSQL, which names the login and the address.
+    # The web host's Redis user may use that host's workers' keys only: the copy, under
+    # another id, is refused by Redis before anything else.
+    refused = core.sh("sh", "-c", start, check=False)
+    assert refused.returncode != 0
+    redis_at = "{}:{}".format(*(re.search(rf'(?m)^{key}="?([^"\n]+)', environment).group(1)
+                                for key in ("REDIS_HOST", "REDIS_PORT")))
+    assert (f"Redis check FAILED at {redis_at}: user '{contract.worker_redis_user(web)}' may "
+            "not use its keys: ") in refused.stdout + refused.stderr
+    # With the Redis admin's login (someone who has it), the web host's database login
+    # works from the web host's address only: refused by PostgreSQL, naming login and address.
+    admin_password = (lab.SECRETS_DIR / "redis_password").read_text().split()[0]
+    environment = re.sub(r'(?m)^REDIS_USERNAME=.*$',
+                         lambda _: f'REDIS_USERNAME="{lab.REDIS_ADMIN_USER}"', environment)
+    environment = re.sub(r'(?m)^REDIS_PASSWORD=.*$',
+                         lambda _: f'REDIS_PASSWORD="{admin_password}"', environment)
+    core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)
     refused = core.sh("sh", "-c", start, check=False)
     assert refused.returncode != 0
     assert (f'no pg_hba.conf entry for host "{core.address}", user '
