@@ -291,9 +291,19 @@ def coordinator_redis_login(key: str) -> dict[str, str]:
             "password": contract.coordinator_redis_password(key)}
 
 
+def cluster_tls_files(directory: str) -> dict[str, str]:
+    """The files of the cluster's TLS directory on a host (role cluster_tls): ``ca`` (the
+    cluster CA's certificate, which clients verify against), ``cert`` and ``key`` (a server
+    host's own). The one place that names them: the role writes them, the inventory points
+    the services and the workers' DSNs at them."""
+    base = str(directory).rstrip("/")
+    return {"ca": f"{base}/ca.crt", "cert": f"{base}/server.crt", "key": f"{base}/server.key"}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "cluster_tls_files": cluster_tls_files,
             "worker_db_login": worker_db_login,
             "worker_redis_login": worker_redis_login,
             "coordinator_redis_login": coordinator_redis_login,

@@ -8,6 +8,7 @@ import hashlib
 
 import coordinator_contract as contract
 import jinja2
+import psycopg2
 import pytest
 import yaml
 
@@ -347,6 +348,20 @@ def test_with_a_db_key_each_host_logs_in_as_its_own_login_which_the_database_sid
     assert cluster.worker_db_login("macbookair", "db-key") == {
         "name": login["name"], "password": login["password"]}
     assert pg_role.worker_db_group() == contract.WORKER_DB_GROUP
+
+
+def test_with_the_cluster_ca_the_dsn_requires_tls_and_a_certificate_naming_the_database():
+    ca = cluster.cluster_tls_files("/Users/m/.coordinator-cluster/tls/")["ca"]
+    assert ca == "/Users/m/.coordinator-cluster/tls/ca.crt"
+    db = SETTINGS["db"] | {"ssl_root_cert": ca}
+    dsn = worker.worker_records([{"name": "web-worker", "kind": "web"}],
+                                **SETTINGS | {"db": db})["envs"]["web-worker"]["PG_DSN"]
+    assert dsn.endswith(f" sslmode=verify-full sslrootcert='{ca}'")
+    # libpq reads it back as the role meant it.
+    parsed = psycopg2.extensions.parse_dsn(dsn)
+    assert (parsed["sslmode"], parsed["sslrootcert"]) == ("verify-full", ca)
+    assert "sslmode" not in worker.worker_records([{"name": "web-worker", "kind": "web"}],
+                                                  **SETTINGS)["envs"]["web-worker"]["PG_DSN"]
 
 
 KEY = "the-workers-key-from-the-vault"
