@@ -44,6 +44,9 @@ REPO = Path(__file__).resolve().parent.parent
 INVENTORY = REPO / "inventory" / "lab"
 STATE_DIR = REPO / ".lab"
 SECRETS_DIR = STATE_DIR / "secrets"
+# The lab cluster CA (inventory/lab: cluster_tls_ca_dir); its key is encrypted with the
+# secret cluster_ca_passphrase.
+CLUSTER_CA_DIR = STATE_DIR / "cluster-ca"
 # How Ansible reaches every lab and Molecule node (the inventories' connection settings).
 SSH_DIR = STATE_DIR / "ssh"
 SSH_KEY = SSH_DIR / "id_ed25519"
@@ -57,7 +60,8 @@ REDIS_ADMIN_USER = "admin"
 APT_ARCHIVES = STATE_DIR / "apt-archives"
 # Generated on `create` unless present; the lab inventory reads them with the password lookup.
 SECRET_NAMES = ("coordinator_db_password", "redis_password", "coordinator_token",
-                "coordinator_metrics_token", "worker_token_key", "worker_db_key")
+                "coordinator_metrics_token", "worker_token_key", "worker_db_key",
+                "cluster_ca_passphrase")
 LABEL = "coordinator.lab.network"
 # Held by every suite, benchmark or Molecule run that makes podman containers from this
 # checkout, so they run one at a time (`flock .lab/molecule.lock molecule ...` by hand).

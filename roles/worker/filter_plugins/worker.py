@@ -31,9 +31,15 @@ def libpq_quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def pg_dsn(host: str, port: int | str, dbname: str, user: str, password: str) -> str:
-    return (f"host={host} port={port} dbname={dbname} user={user} "
-            f"password={libpq_quote(str(password))}")
+def pg_dsn(host: str, port: int | str, dbname: str, user: str, password: str,
+           ssl_root_cert: str = "") -> str:
+    """The workers' libpq DSN; with ``ssl_root_cert`` (the cluster CA's certificate on the
+    host) TLS is required and the server's certificate must name ``host`` (verify-full)."""
+    dsn = (f"host={host} port={port} dbname={dbname} user={user} "
+           f"password={libpq_quote(str(password))}")
+    if ssl_root_cert:
+        dsn += f" sslmode=verify-full sslrootcert={libpq_quote(ssl_root_cert)}"
+    return dsn
 
 
 def worker_records(
@@ -55,8 +61,9 @@ def worker_records(
 ) -> dict[str, Any]:
     """{"records": [one per worker], "envs": {name: its environment}}.
 
-    ``db`` holds host, port, name and either user and password or ``password_key`` and
-    ``login_host``: the inventory host whose own login (worker_<host>) the workers use.
+    ``db`` holds host, port, name, optionally ``ssl_root_cert``, and either user and
+    password or ``password_key`` and ``login_host``: the inventory host whose own login
+    (worker_<host>) the workers use.
     Each worker's environment is ``base_env`` (the role's settings), its PG_DSN, WORKER_ID,
     WORKER_HOST and (inference) WORKER_DEVICE, with ``token_key`` its own COORDINATOR_TOKEN
     (derived from the key and its id), then ``worker_env``, then the entry's own ``env``;
@@ -79,7 +86,8 @@ def worker_records(
         # The host's own login (the postgresql_access role makes it from the same key).
         user = contract.worker_db_role(db["login_host"])
         password = contract.worker_db_password(db["password_key"], db["login_host"])
-    dsn = pg_dsn(db["host"], db["port"], db["name"], user, password)
+    dsn = pg_dsn(db["host"], db["port"], db["name"], user, password,
+                 db.get("ssl_root_cert") or "")
     records, envs = [], {}
     for item in instances:
         name, kind = item["name"], item["kind"]
