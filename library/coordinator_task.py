@@ -131,6 +131,15 @@ options:
     type: str
     default: prefer
     choices: [allow, disable, prefer, require, verify-ca, verify-full]
+  ca_cert:
+    description:
+      - CA certificate file that the server's certificate must come from (libpq
+        C(sslrootcert)); with O(ssl_mode=verify-full), the cluster CA's C(ca.crt) (see
+        C(docs/tls.md)).
+      - Empty means libpq's default, C(~/.postgresql/root.crt).
+    type: str
+    default: ''
+    aliases: [ssl_rootcert]
   connect_timeout:
     description:
       - Seconds to wait for the PostgreSQL connection.
@@ -328,6 +337,7 @@ APPLICATION_NAME = "coordinator_task probe"
 ROUTE_RETRY_DELAY = 1.0
 LOGIN_OPTIONS = (
     "login_host", "login_unix_socket", "login_port", "login_user", "login_password", "login_db",
+    "ca_cert",
 )
 
 
@@ -359,6 +369,7 @@ def argument_spec() -> dict[str, Any]:
             "default": "prefer",
             "choices": ["allow", "disable", "prefer", "require", "verify-ca", "verify-full"],
         },
+        "ca_cert": {"type": "str", "default": "", "aliases": ["ssl_rootcert"]},
         "connect_timeout": {"type": "int", "default": 10},
     }
 
@@ -379,6 +390,7 @@ class Probe:
             login_password=params["login_password"],
             login_db=params["login_db"],
             ssl_mode=params["ssl_mode"],
+            ca_cert=params["ca_cert"],
         )
         try:
             self.target = describe_target(driver.parse(self.conninfo))

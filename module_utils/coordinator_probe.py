@@ -119,6 +119,7 @@ def build_conninfo(
     login_password: str,
     login_db: str,
     ssl_mode: str,
+    ca_cert: str = "",
 ) -> str:
     """The libpq connection string for the module's options; ``pg_dsn`` wins when given.
 
@@ -137,6 +138,8 @@ def build_conninfo(
     if login_password:
         params["password"] = login_password
     params["sslmode"] = ssl_mode
+    if ca_cert:
+        params["sslrootcert"] = ca_cert
     return " ".join(f"{key}={_quote_conninfo_value(value)}" for key, value in params.items())
 
 

@@ -184,6 +184,13 @@ def test_conninfo_unix_socket_wins_over_host():
     assert conninfo.startswith("host='/run/postgresql' ")
 
 
+def test_conninfo_with_a_ca_cert_names_it_as_the_root_certificate():
+    conninfo = probe.build_conninfo(**pg_options(ssl_mode="verify-full",
+                                                 ca_cert="/etc/coordinator-cluster/tls/ca.crt"))
+    assert conninfo.endswith(
+        " sslmode='verify-full' sslrootcert='/etc/coordinator-cluster/tls/ca.crt'")
+
+
 def test_conninfo_pg_dsn_wins():
     dsn = "host=127.0.0.1 dbname=coordinator user=coordinator password=x"
     assert probe.build_conninfo(**pg_options(pg_dsn=dsn)) == dsn
