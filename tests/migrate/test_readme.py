@@ -61,6 +61,8 @@ def make_mine(cluster, web_host: str) -> None:
                        f"vault_coordinator_db_password: {secret('coordinator_db_password')}")
               .replace("vault_redis_password: CHANGE_ME",
                        f"vault_redis_password: {secret('redis_password')}")
+              .replace("vault_cluster_ca_passphrase: CHANGE_ME",
+                       f"vault_cluster_ca_passphrase: {secret('cluster_ca_passphrase')}")
               .replace("vault_coordinator_token: CHANGE_ME",
                        f"vault_coordinator_token: {secret('coordinator_token')}")
               .replace("vault_worker_db_key: CHANGE_ME",

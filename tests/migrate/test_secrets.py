@@ -6,7 +6,9 @@ steps, all at -vvv, the most Ansible ever prints (module arguments, loop items, 
 
 from __future__ import annotations
 
+import os
 import secrets as random_secrets
+import subprocess
 
 import coordinator_contract as contract
 import requests
@@ -42,11 +44,48 @@ def login_from(node, dsn: str) -> str:
                    check=True).stdout.strip()
 
 
-def test_rotating_the_worker_keys_and_running_site_yml_gives_every_worker_new_secrets(
+def server_certificate_serial(node, address: str) -> str:
+    """The serial of the certificate PostgreSQL at ``address`` serves, asked from ``node``."""
+    shown = node.sh("sh", "-c", f"openssl s_client -starttls postgres -connect {address}:5432 "
+                    "</dev/null 2>/dev/null | openssl x509 -noout -serial", check=True)
+    return shown.stdout.strip()
+
+
+def test_postgresql_takes_workers_only_over_tls_with_the_cluster_cas_certificate(cluster) -> None:
+    """The worker's DSN requires TLS and a certificate for the database's address from the
+    cluster CA (verify-full); without TLS no pg_hba.conf line admits it, and a client that
+    trusts another CA, or none, is refused before it sends its password."""
+    web_host = cluster.web_host()
+    node = cluster.nodes[web_host]
+    address = cluster.nodes["lab-ai-core"].address
+    dsn = env_value(node.sh("cat", WEB_ENV, check=True).stdout, "PG_DSN")
+    assert dsn.endswith(" sslmode=verify-full sslrootcert='/etc/coordinator-cluster/tls/ca.crt'")
+    assert login_from(node, dsn) == "ok"
+    login = contract.worker_db_role(web_host)
+    assert login_from(node, dsn.replace("sslmode=verify-full", "sslmode=disable")) == (
+        f'connection to server at "{address}", port 5432 failed: FATAL:  no pg_hba.conf entry '
+        f'for host "{node.address}", user "{login}", database "coordinator", no encryption')
+    # Another CA: a self-signed certificate made on the node.
+    node.sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", "/tmp/other-ca.key", "-out", "/tmp/other-ca.crt", "-days", "1",
+            "-subj", "/CN=another CA", check=True)
+    other = dsn.replace("/etc/coordinator-cluster/tls/ca.crt", "/tmp/other-ca.crt")
+    assert login_from(node, other) == (
+        f'connection to server at "{address}", port 5432 failed: SSL error: certificate '
+        'verify failed')
+    none = dsn.replace("/etc/coordinator-cluster/tls/ca.crt", "/tmp/no-such-ca.crt")
+    assert login_from(node, none) == (
+        f'connection to server at "{address}", port 5432 failed: root certificate file '
+        '"/tmp/no-such-ca.crt" does not exist')
+
+
+def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_new_secrets(
         cluster) -> None:
     """The documented rotation (docs/operating.md): new vault_worker_db_key and
     vault_worker_token_key, then site.yml. The old database and Redis passwords and the old
-    worker token stop working, the new ones work, and the cluster still serves."""
+    worker token stop working, the new ones work, and the cluster still serves. The same run
+    renews the server certificates (cluster_tls_renew_days longer than they are valid, as if
+    they were about to expire): PostgreSQL serves the new one, and the workers verify it."""
     web_host = cluster.web_host()
     node = cluster.nodes[web_host]
     db_key_file, token_key_file = (lab.SECRETS_DIR / "worker_db_key",
@@ -56,8 +95,17 @@ def test_rotating_the_worker_keys_and_running_site_yml_gives_every_worker_new_se
     for path in (db_key_file, token_key_file):
         path.write_text(random_secrets.token_hex(20) + "\n")
     new_db_key = db_key_file.read_text().split()[0]
-    done = cluster.playbooks.run("site.yml", cluster.inventory(web_host))
+    address = cluster.nodes["lab-ai-core"].address
+    old_serial = server_certificate_serial(node, address)
+    done = cluster.playbooks.run("site.yml", cluster.inventory(web_host),
+                                 "-e", "cluster_tls_renew_days=1000")
     assert done.returncode == 0, done.output[-3000:]
+    new_serial = server_certificate_serial(node, address)
+    assert new_serial.startswith("serial=") and new_serial != old_serial
+    served = cluster.nodes["lab-ai-core"].sh(
+        "openssl", "x509", "-noout", "-serial", "-in", "/etc/coordinator-cluster/tls/server.crt",
+        check=True).stdout.strip()
+    assert served == new_serial
     env = node.sh("cat", WEB_ENV, check=True).stdout
     dsn = next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
                if line.startswith("PG_DSN="))
@@ -123,6 +171,13 @@ def test_no_secret_in_any_verbose_output(cluster) -> None:
     redis_admin = secrets.pop("redis_password")
     secrets["the Coordinator's Redis password"] = contract.coordinator_redis_password(
         redis_admin)
+    # The CA passphrase is in no environment: it is in use if it opens the CA's key.
+    ca_passphrase = secrets.pop("cluster_ca_passphrase")
+    opened = subprocess.run(
+        ["openssl", "pkey", "-noout", "-in", str(lab.CLUSTER_CA_DIR / "ca.key"),
+         "-passin", "env:CA_PASSPHRASE"], env={**os.environ, "CA_PASSPHRASE": ca_passphrase},
+        capture_output=True, text=True, check=False)
+    assert opened.returncode == 0, opened.stderr
     for name, value in secrets.items():
         assert len(value) >= 16, f"{name} is too short to be a meaningful canary"
         # Each is really in use on the nodes (in the Coordinator's or a worker's
@@ -133,6 +188,7 @@ def test_no_secret_in_any_verbose_output(cluster) -> None:
     secrets["admin_password"] = lab.ADMIN_PASSWORD.read_text().split()[0]
     secrets["worker_db_key"] = db_key
     secrets["redis_password"] = redis_admin
+    secrets["cluster_ca_passphrase"] = ca_passphrase
     for name, value in secrets.items():
         leaks = [index for index, output in enumerate(outputs) if value in output]
         assert not leaks, f"{name} appears in the -vvv output of playbook runs {leaks}"
