@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import ssl
 from collections.abc import Iterable
 
 # -- routing ---------------------------------------------------------------------------------
@@ -152,6 +153,47 @@ def worker_redis_keys(queues: Iterable[str], worker_ids: Iterable[str]) -> list[
     """The keys a worker host's Redis user may touch: its workers' queues and their own
     processing lists, sorted, each once."""
     return sorted(set(queues) | {processing_list(worker_id) for worker_id in worker_ids})
+
+
+# -- Redis over TLS (docs/tls.md) -----------------------------------------------------------
+
+#: The environment variable naming the CA certificate a Redis client verifies the server's
+#: against; set, the client speaks TLS only (the redis role's redis_tls_cert_file).
+REDIS_CA_FILE_ENV = "REDIS_CA_FILE"
+
+
+def redis_tls_options(ca_file: str | None) -> dict[str, object]:
+    """redis-py connection options for a Redis serving TLS: the server's certificate must
+    come from ``ca_file`` (the cluster CA's) and name the host connected to. No ``ca_file``:
+    plain TCP, no options."""
+    if not ca_file:
+        return {}
+    return {"ssl": True, "ssl_ca_certs": ca_file, "ssl_cert_reqs": "required",
+            "ssl_check_hostname": True, "ssl_min_version": ssl.TLSVersion.TLSv1_2}
+
+
+def redis_tls_problem(error: str, ca_file: str | None) -> str | None:
+    """What to fix when a Redis connection failed with ``error`` for a TLS reason, or None
+    when the error says nothing of TLS."""
+    lowered = error.lower()
+    if ca_file and "no such file or directory" in lowered:
+        return (f"{REDIS_CA_FILE_ENV} {ca_file} does not exist: run site.yml, which puts the "
+                "cluster CA's certificate there (docs/tls.md)")
+    if "certificate verify failed" in lowered:
+        return (f"the server's certificate is not from the CA in {REDIS_CA_FILE_ENV} "
+                f"({ca_file}) or does not name REDIS_HOST: use the cluster CA's ca.crt, and "
+                "as REDIS_HOST the address site.yml gave the Redis host's certificate "
+                "(docs/tls.md)")
+    if ca_file and "timeout connecting" in lowered:
+        # A plain Redis reads the TLS greeting as the start of a command and waits for more.
+        return (f"{REDIS_CA_FILE_ENV} is set, and a Redis without TLS never answers the TLS "
+                "handshake: run site.yml so the redis role gives it the cluster's "
+                f"certificate, or unset {REDIS_CA_FILE_ENV}; else check REDIS_HOST/REDIS_PORT "
+                "and the firewall")
+    if not ca_file and ("reset by peer" in lowered or "closed by server" in lowered):
+        return (f"this Redis may serve TLS only: set {REDIS_CA_FILE_ENV} to the cluster CA's "
+                "certificate (docs/tls.md)")
+    return None
 
 
 # -- the worker side of the guarded state machine (docs/design.md) -----------------------------

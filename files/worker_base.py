@@ -40,6 +40,7 @@ from coordinator_contract import (
     HOLDER_SQL,
     LOCK_SQL,
     RECLAIM_SQL,
+    REDIS_CA_FILE_ENV,
     RESULT_SQL,
     STATE_SQL,
     WORKER_DB_GROUP,
@@ -47,6 +48,8 @@ from coordinator_contract import (
     WRITE_CHECK_SQL,
     has_model,
     processing_list,
+    redis_tls_options,
+    redis_tls_problem,
 )
 
 # BLMOVE blocks at most this long so the loop notices SIGTERM promptly.
@@ -124,6 +127,8 @@ class BaseConfig:
     shutdown_timeout: float
     # The Redis ACL user (worker_<host>, from the worker role); None is Redis' default user.
     redis_username: str | None
+    # The CA certificate of a Redis serving TLS (the cluster CA's); None: plain TCP.
+    redis_ca_file: str | None
 
     @classmethod
     def base_fields(cls, env: EnvReader) -> dict[str, Any]:
@@ -132,6 +137,7 @@ class BaseConfig:
             "redis_port": env.port("REDIS_PORT", 6379),
             "redis_password": env.optional("REDIS_PASSWORD"),
             "redis_username": env.optional("REDIS_USERNAME"),
+            "redis_ca_file": env.optional(REDIS_CA_FILE_ENV),
             "pg_dsn": env.required("PG_DSN"),
             "coordinator_url": http_url(env.required("COORDINATOR_URL")),
             "coordinator_token": env.optional("COORDINATOR_TOKEN"),
@@ -324,6 +330,7 @@ class Worker:
             # One immediate reconnect (an idle connection the server closed); longer outages
             # are the worker's own loop, which logs them once.
             retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
+            **redis_tls_options(cfg.redis_ca_file),
         )
         self.db: psycopg2.extensions.connection | None = None
         self.lock_db: psycopg2.extensions.connection | None = None
@@ -428,13 +435,18 @@ class Worker:
             ) from None
         except redis.RedisError as error:
             text = one_line(error)
-            if "AUTH" in text and "without any password configured" in text:
+            tls_problem = redis_tls_problem(text, self.cfg.redis_ca_file)
+            if tls_problem:
+                fix = f"fix: {tls_problem}"
+            elif "AUTH" in text and "without any password configured" in text:
                 fix = "fix: this Redis has no password; unset REDIS_PASSWORD"
             else:
                 fix = ("fix: check REDIS_HOST/REDIS_PORT, and in redis.conf on that host `bind` "
                        "(must include its LAN address) and `protected-mode`, and the firewall")
             raise CheckFailed(f"Redis check FAILED at {address}: {text}; {fix}") from None
-        log.info("Redis OK (%s)", address)
+        log.info("Redis OK (%s, %s)", address,
+                 f"TLS, certificate from {self.cfg.redis_ca_file}" if self.cfg.redis_ca_file
+                 else "plain TCP")
 
     def check_postgres(self) -> None:
         where = masked_dsn(self.cfg.pg_dsn)

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -232,16 +233,49 @@ class ThrowawayPostgres(_Throwaway):
         return out.stdout.strip()
 
 
+@dataclass(frozen=True)
+class Certificates:
+    """A CA and a server certificate from it, as cluster_tls makes them for a host."""
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def make_certificates(directory: Path, ca_name: str = "throwaway CA",
+                      address: str = "127.0.0.1") -> Certificates:
+    """With openssl: a CA in ``directory`` and a server certificate from it naming
+    ``address`` (IP SAN), each key P-256, valid one day."""
+    directory.mkdir(parents=True, exist_ok=True)
+    found = Certificates(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+    ca_key = directory / "ca.key"
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(ca_key), "-out", str(found.ca), "-days", "1", "-subj", f"/CN={ca_name}")
+    csr = directory / "server.csr"
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(found.key), "-out", str(csr), "-subj", f"/CN={address}")
+    extensions = directory / "server.ext"
+    extensions.write_text(f"subjectAltName=IP:{address}\nextendedKeyUsage=serverAuth\n")
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(found.ca), "-CAkey", str(ca_key),
+            "-out", str(found.cert), "-days", "1", "-extfile", str(extensions))
+    return found
+
+
 class ThrowawayRedis(_Throwaway):
     """A redis-server on a free loopback port with a password and a temporary directory.
 
     With ``acl_lines`` (the redis role's ACL file lines) it has those users, in an aclfile as
-    the role writes it, instead of ``requirepass``; ``password`` is then nobody's."""
+    the role writes it, instead of ``requirepass``; ``password`` is then nobody's. With
+    ``tls`` it serves TLS only on its port with that certificate, as the role configures it."""
 
     def __init__(self, password: str = "redis-test-password",
-                 acl_lines: Sequence[str] | None = None) -> None:
+                 acl_lines: Sequence[str] | None = None, tls: Certificates | None = None) -> None:
         self.password = password
         self.acl_lines = list(acl_lines) if acl_lines is not None else None
+        self.tls = tls
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="throwaway-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -256,8 +290,12 @@ class ThrowawayRedis(_Throwaway):
             aclfile.write_text("".join(f"{line}\n" for line in self.acl_lines))
             aclfile.chmod(0o600)
             users = f"aclfile {aclfile}\n"
+        listen = f"port {self.port}\n"
+        if self.tls is not None:
+            listen = (f"port 0\ntls-port {self.port}\ntls-cert-file {self.tls.cert}\n"
+                      f"tls-key-file {self.tls.key}\ntls-auth-clients no\n")
         conf.write_text(
-            f"port {self.port}\nbind 127.0.0.1\nprotected-mode yes\n"
+            f"{listen}bind 127.0.0.1\nprotected-mode yes\n"
             f"{users}dir {self.root}\nsave \"\"\nappendonly no\n"
             f"logfile {self.root / 'redis.log'}\n"
         )

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psycopg.conninfo
+from coordinator_contract import REDIS_CA_FILE_ENV
 
 
 class ConfigError(Exception):
@@ -31,6 +32,8 @@ class Config:
     redis_password: str | None = None
     # The Redis ACL user (the redis role's coordinator user); None is Redis' default user.
     redis_username: str | None = None
+    # The CA certificate of a Redis serving TLS (the cluster CA's); None: plain TCP.
+    redis_ca_file: str | None = None
     bind: str = "127.0.0.1"
     port: int = 8000
     token: str | None = None
@@ -217,6 +220,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         redis_port=_port(env, "REDIS_PORT", d.redis_port),
         redis_password=env.get("REDIS_PASSWORD") or None,
         redis_username=(env.get("REDIS_USERNAME") or "").strip() or None,
+        redis_ca_file=(env.get(REDIS_CA_FILE_ENV) or "").strip() or None,
         bind=bind,
         port=_port(env, "COORDINATOR_PORT", d.port),
         token=token,

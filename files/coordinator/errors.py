@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import psycopg_pool
+from coordinator_contract import redis_tls_problem
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from .config import Config
@@ -53,6 +54,10 @@ def pg_login_message(exc: BaseException, cfg: Config) -> str:
 
 def redis_message(exc: BaseException, cfg: Config) -> str:
     text = first_line(exc).rstrip(".")
+    # First: a TLS error's text can hold "auth" (certificate authority).
+    tls_problem = redis_tls_problem(text, cfg.redis_ca_file)
+    if tls_problem:
+        return f"cannot connect to Redis at {cfg.redis_address}: {text}. {tls_problem}"
     if isinstance(exc, NoPermissionError) or "noperm" in str(exc).lower():
         return (f"Redis at {cfg.redis_address} refused a command of user '{cfg.redis_user}': "
                 f"{text}. Check REDIS_USERNAME names the Coordinator's user "

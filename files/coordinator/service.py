@@ -16,6 +16,7 @@ import socket
 import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
+from coordinator_contract import redis_tls_options
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
@@ -41,6 +42,7 @@ def make_redis(cfg: Config) -> aioredis.Redis:
         password=cfg.redis_password, socket_timeout=5, socket_connect_timeout=3,
         retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.01), 2),
         decode_responses=False, client_name="coordinator",
+        **redis_tls_options(cfg.redis_ca_file),
     )
 
 

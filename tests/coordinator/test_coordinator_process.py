@@ -13,8 +13,10 @@ from collections.abc import Iterator
 import httpx
 import psycopg
 import pytest
+import redis
 
 from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
+from lab import throwaway
 from lab.processes import stop_process
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
@@ -148,6 +150,40 @@ def test_unreachable_postgres_and_wrong_redis_password(backends: Backends) -> No
                                             REDIS_USERNAME="coordinator"))
     assert code == 1 and len(stderr.splitlines()) == 1
     assert "refused the login of user 'coordinator'" in stderr and "REDIS_USERNAME" in stderr
+
+
+def test_with_redis_ca_file_the_coordinator_speaks_tls_and_refuses_another_ca(
+        backends: Backends, processes: list, tmp_path) -> None:
+    """REDIS_CA_FILE: the routed id reaches a Redis that serves TLS only, through a
+    certificate verified against that CA; a certificate from another CA stops the start with
+    one line saying what to fix."""
+    certificates = throwaway.make_certificates(tmp_path / "cluster")
+    other = throwaway.make_certificates(tmp_path / "other", ca_name="another CA")
+    with ThrowawayRedis(tls=certificates) as server:
+        env = backends.env(REDIS_PORT=str(server.port), REDIS_PASSWORD=server.password)
+        code, stderr = run_failing({**env, "COORDINATOR_PORT": str(free_port()),
+                                    "REDIS_CA_FILE": str(other.ca)})
+        assert code == 1 and len(stderr.splitlines()) == 1, stderr
+        assert stderr.startswith(
+            f"coordinator: cannot connect to Redis at 127.0.0.1:{server.port}: ")
+        assert "certificate verify failed" in stderr
+        assert stderr.endswith(
+            f"the server's certificate is not from the CA in REDIS_CA_FILE ({other.ca}) or "
+            "does not name REDIS_HOST: use the cluster CA's ca.crt, and as REDIS_HOST the "
+            "address site.yml gave the Redis host's certificate (docs/tls.md)")
+        port, token = free_port(), "tls-token"
+        proc = coordinator_process({**env, "COORDINATOR_PORT": str(port),
+                                    "COORDINATOR_TOKEN": token,
+                                    "REDIS_CA_FILE": str(certificates.ca)})
+        processes.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc)
+        routed = httpx.post(url + "/route", json={"prompt": "over TLS", "task_type": "web_search"},
+                            headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert routed.status_code == 201, routed.text
+        queue = redis.Redis(host="127.0.0.1", port=server.port, password=server.password,
+                            decode_responses=True, ssl=True, ssl_ca_certs=str(certificates.ca))
+        assert routed.json()["task_id"] in queue.lrange("tasks:web", 0, -1)
 
 
 def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None:

@@ -4,6 +4,13 @@ host before anything changes."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab import throwaway
+from lab.throwaway import ThrowawayRedis
 
 from .conftest import FILES, PYTHON
 from .test_web import START_LINES, line_index
@@ -46,3 +53,73 @@ def test_check_reads_the_environment_from_stdin(web_env, coordinator):
     assert done.returncode == 0, done.stderr
     assert "PostgreSQL OK" in done.stderr
     assert web_env["REDIS_PASSWORD"] not in done.stderr
+
+
+# -- Redis over TLS (the redis role with the cluster's certificate) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_redis(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ThrowawayRedis, Path, Path]]:
+    """A Redis serving TLS only with a certificate for 127.0.0.1 from its own CA, and the
+    certificate of another CA."""
+    root = tmp_path_factory.mktemp("redis-tls")
+    certificates = throwaway.make_certificates(root / "cluster")
+    other = throwaway.make_certificates(root / "other", ca_name="another CA")
+    with ThrowawayRedis(tls=certificates) as server:
+        yield server, certificates.ca, other.ca
+
+
+def _tls_env(web_env: dict[str, str], server: ThrowawayRedis, **changes: str) -> dict[str, str]:
+    return {**web_env, "REDIS_PORT": str(server.port), "REDIS_PASSWORD": server.password,
+            **changes}
+
+
+def _redis_failure(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1, done.stderr
+    return done.stderr.splitlines()[-1].split(" ERROR ", 1)[1]
+
+
+def test_check_speaks_tls_to_redis_and_verifies_its_certificate(web_env, tls_redis):
+    server, ca, _ = tls_redis
+    done = _check(_tls_env(web_env, server, REDIS_CA_FILE=str(ca)))
+    assert done.returncode == 0, done.stderr
+    assert f"Redis OK (127.0.0.1:{server.port}, TLS, certificate from {ca})" in done.stderr
+
+
+def test_a_redis_certificate_from_another_ca_is_refused_with_the_fix(web_env, tls_redis):
+    server, _, other_ca = tls_redis
+    line = _redis_failure(_check(_tls_env(web_env, server, REDIS_CA_FILE=str(other_ca))))
+    assert line.startswith(f"Redis check FAILED at 127.0.0.1:{server.port}: ")
+    assert "certificate verify failed" in line
+    assert line.endswith(
+        f"; fix: the server's certificate is not from the CA in REDIS_CA_FILE ({other_ca}) or "
+        "does not name REDIS_HOST: use the cluster CA's ca.crt, and as REDIS_HOST the address "
+        "site.yml gave the Redis host's certificate (docs/tls.md)")
+
+
+def test_a_missing_redis_ca_file_says_to_run_site_yml(web_env, tls_redis):
+    server, ca, _ = tls_redis
+    missing = ca.parent / "no-such-ca.crt"
+    line = _redis_failure(_check(_tls_env(web_env, server, REDIS_CA_FILE=str(missing))))
+    assert line.endswith(
+        f"; fix: REDIS_CA_FILE {missing} does not exist: run site.yml, which puts the cluster "
+        "CA's certificate there (docs/tls.md)")
+
+
+def test_a_plain_client_of_a_tls_redis_is_told_to_set_the_ca(web_env, tls_redis):
+    server, _, _ = tls_redis
+    line = _redis_failure(_check(_tls_env(web_env, server)))
+    assert line.endswith(
+        "; fix: this Redis may serve TLS only: set REDIS_CA_FILE to the cluster CA's "
+        "certificate (docs/tls.md)")
+
+
+def test_a_tls_client_of_a_plain_redis_is_told_it_may_serve_no_tls(web_env, tls_redis):
+    _, ca, _ = tls_redis
+    line = _redis_failure(_check({**web_env, "REDIS_CA_FILE": str(ca)}))
+    assert line.endswith(
+        "Timeout connecting to server; fix: REDIS_CA_FILE is set, and a Redis without TLS "
+        "never answers the TLS handshake: run site.yml so the redis role gives it the "
+        "cluster's certificate, or unset REDIS_CA_FILE; else check REDIS_HOST/REDIS_PORT and "
+        "the firewall")
