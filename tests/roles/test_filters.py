@@ -395,6 +395,17 @@ def test_with_a_redis_key_each_host_logs_in_as_its_own_user_which_the_redis_side
     assert login["password"] not in "\n".join(lines)
 
 
+def test_with_the_cluster_ca_the_workers_speak_tls_to_redis_and_verify_it():
+    ca = cluster.cluster_tls_files("/etc/coordinator-cluster/tls")["ca"]
+    redis = {"user": "", "password": "", "password_key": KEY, "login_host": "macbookair"}
+    records = worker.worker_records([{"name": "web-worker", "kind": "web"}], **SETTINGS,
+                                    redis=redis | {"ca_file": ca})
+    assert records["envs"]["web-worker"]["REDIS_CA_FILE"] == "/etc/coordinator-cluster/tls/ca.crt"
+    plain = worker.worker_records([{"name": "web-worker", "kind": "web"}], **SETTINGS,
+                                  redis=redis | {"ca_file": ""})
+    assert "REDIS_CA_FILE" not in plain["envs"]["web-worker"]
+
+
 def status(*records: tuple[str, str, str, list[str]]) -> dict:
     return {"worker_status": [{"kind": kind, "worker_id": wid, "state": state, "queues": queues}
                               for kind, wid, state, queues in records]}

@@ -71,7 +71,8 @@ def worker_records(
 
     ``redis`` holds ``user`` and ``password``, or ``password_key`` and ``login_host``: then
     REDIS_USERNAME and REDIS_PASSWORD are the host's own Redis ACL user (worker_<host>, the
-    redis role makes it from the same key). Each record names the ``queues`` its worker
+    redis role makes it from the same key); with ``ca_file``, REDIS_CA_FILE names the CA
+    certificate of a Redis serving TLS. Each record names the ``queues`` its worker
     takes from, which the redis role grants to that host's user with its processing list."""
     redis_env = {"REDIS_USERNAME": (redis or {}).get("user") or "",
                  "REDIS_PASSWORD": (redis or {}).get("password") or ""}
@@ -81,6 +82,8 @@ def worker_records(
             "REDIS_PASSWORD": contract.worker_redis_password(redis["password_key"],
                                                              redis["login_host"]),
         }
+    if redis and redis.get("ca_file"):
+        redis_env[contract.REDIS_CA_FILE_ENV] = redis["ca_file"]
     user, password = db["user"], db.get("password") or ""
     if db.get("password_key"):
         # The host's own login (the postgresql_access role makes it from the same key).
