@@ -54,6 +54,9 @@ def make_mine(cluster, web_host: str) -> None:
     # What the lab has instead of SearXNG, Ollama and PyPI: the stand-in endpoints, and wheels.
     shutil.copy(lab.INVENTORY / "group_vars" / "all" / "standins.yml",
                 MINE / "group_vars" / "all" / "standins.yml")
+    # The cluster's CA stays the one it has (beside the inventory it was made from): the
+    # lab's, with the lab's passphrase below, so the servers keep their certificates.
+    shutil.copytree(lab.CLUSTER_CA_DIR, MINE / "cluster-ca")
     # cp vault.yml.example vault.yml, replace every CHANGE_ME, ansible-vault encrypt.
     example = (MINE / "group_vars" / "all" / "vault.yml.example").read_text()
     filled = (example

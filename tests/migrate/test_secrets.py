@@ -22,16 +22,19 @@ LOGIN = ("import sys, psycopg2\n"
          "except psycopg2.Error as e:\n    print(str(e).strip().splitlines()[0])\n")
 
 
-# Logs in to Redis with "user password host" on standard input; prints "ok" or the error.
-REDIS_LOGIN = ("import sys, redis\nuser, password, host = sys.stdin.read().split()\n"
+CA_FILE = "/etc/coordinator-cluster/tls/ca.crt"
+# Logs in to Redis with "user password host ca_file" on standard input (over TLS with that
+# CA; "-": plain TCP); prints "ok" or the error.
+REDIS_LOGIN = ("import sys, redis\nuser, password, host, ca = sys.stdin.read().split()\n"
+               "tls = {} if ca == '-' else {'ssl': True, 'ssl_ca_certs': ca}\n"
                "try:\n    redis.Redis(host=host, username=user, password=password,\n"
-               "                socket_timeout=5).ping(); print('ok')\n"
+               "                socket_timeout=5, **tls).ping(); print('ok')\n"
                "except redis.RedisError as e:\n    print(e)\n")
 
 
-def redis_login_from(node, user: str, password: str, host: str) -> str:
+def redis_login_from(node, user: str, password: str, host: str, ca_file: str = CA_FILE) -> str:
     return node.sh("/opt/coordinator-worker/venv/bin/python", "-c", REDIS_LOGIN,
-                   input_text=f"{user} {password} {host}", check=True).stdout.strip()
+                   input_text=f"{user} {password} {host} {ca_file}", check=True).stdout.strip()
 
 
 def env_value(env: str, name: str) -> str:
@@ -44,11 +47,21 @@ def login_from(node, dsn: str) -> str:
                    check=True).stdout.strip()
 
 
-def server_certificate_serial(node, address: str) -> str:
-    """The serial of the certificate PostgreSQL at ``address`` serves, asked from ``node``."""
-    shown = node.sh("sh", "-c", f"openssl s_client -starttls postgres -connect {address}:5432 "
+def server_certificate_serial(node, address: str, port: int) -> str:
+    """The serial of the certificate the server at ``address``:``port`` serves (PostgreSQL's
+    5432 after its own STARTTLS, Redis' TLS from the first byte), asked from ``node``."""
+    starttls = "-starttls postgres " if port == 5432 else ""
+    shown = node.sh("sh", "-c", f"openssl s_client {starttls}-connect {address}:{port} "
                     "</dev/null 2>/dev/null | openssl x509 -noout -serial", check=True)
     return shown.stdout.strip()
+
+
+def make_other_ca(node) -> str:
+    """A self-signed CA certificate made on ``node``: not the cluster's."""
+    node.sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", "/tmp/other-ca.key", "-out", "/tmp/other-ca.crt", "-days", "1",
+            "-subj", "/CN=another CA", check=True)
+    return "/tmp/other-ca.crt"
 
 
 def test_postgresql_takes_workers_only_over_tls_with_the_cluster_cas_certificate(cluster) -> None:
@@ -59,24 +72,45 @@ def test_postgresql_takes_workers_only_over_tls_with_the_cluster_cas_certificate
     node = cluster.nodes[web_host]
     address = cluster.nodes["lab-ai-core"].address
     dsn = env_value(node.sh("cat", WEB_ENV, check=True).stdout, "PG_DSN")
-    assert dsn.endswith(" sslmode=verify-full sslrootcert='/etc/coordinator-cluster/tls/ca.crt'")
+    assert dsn.endswith(f" sslmode=verify-full sslrootcert='{CA_FILE}'")
     assert login_from(node, dsn) == "ok"
     login = contract.worker_db_role(web_host)
     assert login_from(node, dsn.replace("sslmode=verify-full", "sslmode=disable")) == (
         f'connection to server at "{address}", port 5432 failed: FATAL:  no pg_hba.conf entry '
         f'for host "{node.address}", user "{login}", database "coordinator", no encryption')
-    # Another CA: a self-signed certificate made on the node.
-    node.sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", "/tmp/other-ca.key", "-out", "/tmp/other-ca.crt", "-days", "1",
-            "-subj", "/CN=another CA", check=True)
-    other = dsn.replace("/etc/coordinator-cluster/tls/ca.crt", "/tmp/other-ca.crt")
+    other = dsn.replace(CA_FILE, make_other_ca(node))
     assert login_from(node, other) == (
         f'connection to server at "{address}", port 5432 failed: SSL error: certificate '
         'verify failed')
-    none = dsn.replace("/etc/coordinator-cluster/tls/ca.crt", "/tmp/no-such-ca.crt")
+    none = dsn.replace(CA_FILE, "/tmp/no-such-ca.crt")
     assert login_from(node, none) == (
         f'connection to server at "{address}", port 5432 failed: root certificate file '
         '"/tmp/no-such-ca.crt" does not exist')
+
+
+def test_redis_serves_only_tls_with_the_cluster_cas_certificate(cluster) -> None:
+    """Redis' one TCP port speaks TLS (the plain port is closed); the workers verify its
+    certificate against the cluster CA, and a client without TLS, or trusting another CA, is
+    refused before it sends its password."""
+    web_host = cluster.web_host()
+    node, core = cluster.nodes[web_host], cluster.nodes["lab-ai-core"]
+    env = node.sh("cat", WEB_ENV, check=True).stdout
+    assert env_value(env, "REDIS_CA_FILE") == CA_FILE
+    user, password = env_value(env, "REDIS_USERNAME"), env_value(env, "REDIS_PASSWORD")
+    assert redis_login_from(node, user, password, core.address) == "ok"
+    assert redis_login_from(node, user, password, core.address, "-") in (
+        f"Error while reading from {core.address}:6379 : (104, 'Connection reset by peer')",
+        "Connection closed by server.")
+    refused = redis_login_from(node, user, password, core.address, make_other_ca(node))
+    assert refused.startswith(f"Error 1 connecting to {core.address}:6379. [SSL: "
+                              "CERTIFICATE_VERIFY_FAILED] certificate verify failed"), refused
+    # Nothing else listens for Redis: one TLS port on loopback and the LAN address, and the
+    # role's own redis-cli on the Unix socket.
+    listening = core.sh("sh", "-c", "ss -H -ltnp | grep redis-server | awk '{print $4}'",
+                        check=True).stdout.split()
+    assert sorted(listening) == sorted(["127.0.0.1:6379", f"{core.address}:6379"])
+    local = core.sh("redis-cli", "-s", "/run/redis/redis-server.sock", "PING", check=False)
+    assert (local.stdout + local.stderr).strip() == "NOAUTH Authentication required."
 
 
 def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_new_secrets(
@@ -85,7 +119,8 @@ def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_
     vault_worker_token_key, then site.yml. The old database and Redis passwords and the old
     worker token stop working, the new ones work, and the cluster still serves. The same run
     renews the server certificates (cluster_tls_renew_days longer than they are valid, as if
-    they were about to expire): PostgreSQL serves the new one, and the workers verify it."""
+    they were about to expire): PostgreSQL and Redis serve the new one, without a restart,
+    and the workers verify it."""
     web_host = cluster.web_host()
     node = cluster.nodes[web_host]
     db_key_file, token_key_file = (lab.SECRETS_DIR / "worker_db_key",
@@ -95,17 +130,19 @@ def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_
     for path in (db_key_file, token_key_file):
         path.write_text(random_secrets.token_hex(20) + "\n")
     new_db_key = db_key_file.read_text().split()[0]
-    address = cluster.nodes["lab-ai-core"].address
-    old_serial = server_certificate_serial(node, address)
+    core = cluster.nodes["lab-ai-core"]
+    old_serial = server_certificate_serial(node, core.address, 5432)
+    assert server_certificate_serial(node, core.address, 6379) == old_serial
+    redis_pid = core.sh("pidof", "redis-server", check=True).stdout.strip()
     done = cluster.playbooks.run("site.yml", cluster.inventory(web_host),
                                  "-e", "cluster_tls_renew_days=1000")
     assert done.returncode == 0, done.output[-3000:]
-    new_serial = server_certificate_serial(node, address)
-    assert new_serial.startswith("serial=") and new_serial != old_serial
-    served = cluster.nodes["lab-ai-core"].sh(
-        "openssl", "x509", "-noout", "-serial", "-in", "/etc/coordinator-cluster/tls/server.crt",
-        check=True).stdout.strip()
-    assert served == new_serial
+    issued = core.sh("openssl", "x509", "-noout", "-serial", "-in",
+                     "/etc/coordinator-cluster/tls/server.crt", check=True).stdout.strip()
+    assert issued.startswith("serial=") and issued != old_serial
+    assert [server_certificate_serial(node, core.address, port)
+            for port in (5432, 6379)] == [issued, issued]
+    assert core.sh("pidof", "redis-server", check=True).stdout.strip() == redis_pid
     env = node.sh("cat", WEB_ENV, check=True).stdout
     dsn = next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
                if line.startswith("PG_DSN="))
