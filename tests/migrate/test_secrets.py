@@ -104,11 +104,12 @@ def test_redis_serves_only_tls_with_the_cluster_cas_certificate(cluster) -> None
     refused = redis_login_from(node, user, password, core.address, make_other_ca(node))
     assert refused.startswith(f"Error 1 connecting to {core.address}:6379. [SSL: "
                               "CERTIFICATE_VERIFY_FAILED] certificate verify failed"), refused
-    # Nothing else listens for Redis: one TLS port on loopback and the LAN address, and the
-    # role's own redis-cli on the Unix socket.
-    listening = core.sh("sh", "-c", "ss -H -ltnp | grep redis-server | awk '{print $4}'",
-                        check=True).stdout.split()
-    assert sorted(listening) == sorted(["127.0.0.1:6379", f"{core.address}:6379"])
+    # Nothing else listens for Redis: the TLS port on loopback (::1 where the host has it)
+    # and the LAN address, and the role's own redis-cli on the Unix socket.
+    listening = set(core.sh("sh", "-c", "ss -H -ltnp | grep redis-server | awk '{print $4}'",
+                            check=True).stdout.split())
+    assert {"127.0.0.1:6379", f"{core.address}:6379"} <= listening
+    assert listening <= {"127.0.0.1:6379", "[::1]:6379", f"{core.address}:6379"}
     local = core.sh("redis-cli", "-s", "/run/redis/redis-server.sock", "PING", check=False)
     assert (local.stdout + local.stderr).strip() == "NOAUTH Authentication required."
 
