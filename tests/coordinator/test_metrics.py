@@ -90,3 +90,23 @@ def test_queue_names_outside_the_routing_table_add_no_series(start_server) -> No
         wait_for(lambda: queue_labels(client.get("/metrics").text) == before, 10,
                  what="the dead worker's queue to leave the metrics")
         assert before == {"tasks:web", "tasks:rag"}
+
+
+def test_a_claimed_task_is_in_flight_in_the_metrics_as_get_queues_says(
+        client: httpx.Client, server: ServerThread, make_worker) -> None:
+    worker = make_worker(server, "web-in-flight", kind="web").start()
+    task = client.post("/route", json={"prompt": "p", "task_type": "web_search"}).json()
+    worker.take()
+    claim = worker.claim(task["task_id"])
+
+    def in_flight() -> float | None:
+        families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+        return {sample.labels["queue"]: sample.value
+                for sample in families["coordinator_queue_in_flight"].samples}.get("tasks:web")
+
+    # (The scrape reads the backends at most every 2 s.)
+    wait_for(lambda: in_flight() == 1.0, 5, what="the claimed task in flight in the metrics")
+    queues = {q["queue"]: q for q in client.get("/queues").json()["queues"]}
+    assert queues["tasks:web"]["in_flight"] == 1
+    worker.finish(task["task_id"], claim, "r")
+    wait_for(lambda: in_flight() == 0.0, 5, what="the finished task to leave the in-flight gauge")
