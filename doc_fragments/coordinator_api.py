@@ -25,6 +25,14 @@ options:
       - Verify the Coordinator's TLS certificate when O(coordinator_url) is C(https).
     type: bool
     default: true
+  ca_path:
+    description:
+      - PEM file of the CA the Coordinator's certificate is verified against (the cluster
+        CA's C(ca.crt), which the cluster_tls role puts on every host), instead of the
+        system's CA store.
+      - With it set, an C(http) O(coordinator_url) fails before anything is sent, since
+        only an HTTPS Coordinator has a certificate to verify.
+    type: path
 notes:
   - The Coordinator API is called with Ansible's own C(open_url), so no Python package is
     needed for it on the host that runs the module.

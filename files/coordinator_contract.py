@@ -196,6 +196,48 @@ def redis_tls_problem(error: str, ca_file: str | None) -> str | None:
     return None
 
 
+#: The environment variable naming the CA certificate a client of the Coordinator's API
+#: verifies its certificate against (an https:// COORDINATOR_URL; the cluster CA's).
+COORDINATOR_CA_FILE_ENV = "COORDINATOR_CA_FILE"
+
+
+def coordinator_url_problem(url: str, ca_file: str | None, url_name: str = "COORDINATOR_URL",
+                            ca_name: str = COORDINATOR_CA_FILE_ENV) -> str | None:
+    """What is wrong with a client's Coordinator URL and CA file together, or None: a CA
+    file says the Coordinator serves HTTPS, so an http:// URL would send the tokens in clear
+    to a server that answers nothing but TLS. ``url_name`` and ``ca_name`` are the names the
+    client's user sets them by (environment variables, or a module's options)."""
+    if ca_file and url.startswith("http://"):
+        return (f"{url_name} {url} is http://, and {ca_name} is set: the Coordinator serves "
+                "HTTPS, use https://" + url.removeprefix("http://"))
+    return None
+
+
+def coordinator_tls_problem(url: str, error: str, ca_file: str | None,
+                            ca_name: str = COORDINATOR_CA_FILE_ENV) -> str | None:
+    """What to fix when a request to the Coordinator at ``url`` failed with ``error`` for a
+    TLS reason, or None when the error says nothing of TLS."""
+    lowered = error.lower()
+    if ca_file and ("invalid path" in lowered or "no such file" in lowered):
+        return (f"{ca_name} {ca_file} does not exist: run site.yml, which "
+                "puts the cluster CA's certificate there (docs/tls.md)")
+    if url.startswith("http://") and ("closed connection without response" in lowered
+                                      or "remotedisconnected" in lowered
+                                      or "reset by peer" in lowered):
+        return (f"the Coordinator at {url} closed the connection without an answer, as one "
+                "that serves HTTPS only does: use https:// and the cluster CA's certificate "
+                f"({ca_name}, docs/tls.md)")
+    if "certificate verify failed" in lowered:
+        where = ca_file or "the system's CA store"
+        return (f"the Coordinator's certificate is not from the CA in {where} or does not "
+                f"name the host of {url}: use the cluster CA's ca.crt, and the address "
+                "site.yml gave the Coordinator's certificate (docs/tls.md)")
+    if url.startswith("https://") and "wrong version number" in lowered:
+        return (f"the Coordinator at {url} does not speak TLS: run site.yml so the "
+                "coordinator role gives it the cluster's certificate, or use http://")
+    return None
+
+
 # -- the worker side of the guarded state machine (docs/design.md) -----------------------------
 
 # The claim is committed without waiting for its WAL flush (the created row and the result

@@ -37,6 +37,7 @@ import requests
 from coordinator_contract import (
     ADOPT_SQL,
     CLAIM_SQL,
+    COORDINATOR_CA_FILE_ENV,
     HOLDER_SQL,
     LOCK_SQL,
     RECLAIM_SQL,
@@ -46,6 +47,8 @@ from coordinator_contract import (
     WORKER_DB_GROUP,
     WORKER_DB_ROLE_PREFIX,
     WRITE_CHECK_SQL,
+    coordinator_tls_problem,
+    coordinator_url_problem,
     has_model,
     processing_list,
     redis_tls_options,
@@ -129,6 +132,8 @@ class BaseConfig:
     redis_username: str | None
     # The CA certificate of a Redis serving TLS (the cluster CA's); None: plain TCP.
     redis_ca_file: str | None
+    # The CA certificate an https:// Coordinator's is verified against; None: the system's.
+    coordinator_ca_file: str | None
 
     @classmethod
     def base_fields(cls, env: EnvReader) -> dict[str, Any]:
@@ -140,6 +145,7 @@ class BaseConfig:
             "redis_ca_file": env.optional(REDIS_CA_FILE_ENV),
             "pg_dsn": env.required("PG_DSN"),
             "coordinator_url": http_url(env.required("COORDINATOR_URL")),
+            "coordinator_ca_file": env.optional(COORDINATOR_CA_FILE_ENV),
             "coordinator_token": env.optional("COORDINATOR_TOKEN"),
             "worker_id": env.required("WORKER_ID"),
             "worker_host": env.required("WORKER_HOST"),
@@ -157,6 +163,9 @@ class BaseConfig:
         env = EnvReader(environ)
         fields = {**cls.base_fields(env), **cls.own_fields(env)}
         env.finish()
+        problem = coordinator_url_problem(fields["coordinator_url"], fields["coordinator_ca_file"])
+        if problem:
+            raise ConfigError(problem)
         return cls(**fields)
 
 
@@ -336,6 +345,8 @@ class Worker:
         self.lock_db: psycopg2.extensions.connection | None = None
         self.lock_outage = False
         self.http = requests.Session()
+        if cfg.coordinator_ca_file:
+            self.http.verify = cfg.coordinator_ca_file
         if cfg.coordinator_token:
             self.http.headers["Authorization"] = f"Bearer {cfg.coordinator_token}"
         self.heartbeat_interval = 10.0
@@ -554,10 +565,13 @@ class Worker:
         }
         try:
             response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
-        except requests.RequestException as error:
+        except OSError as error:  # requests' errors, and its OSError for a missing CA file
+            text = one_line(error)
+            fix = (coordinator_tls_problem(self.cfg.coordinator_url, repr(error),
+                                           self.cfg.coordinator_ca_file)
+                   or "check COORDINATOR_URL and that the Coordinator runs")
             raise CheckFailed(f"Coordinator check FAILED: not reachable at "
-                              f"{self.cfg.coordinator_url} ({one_line(error)}); fix: check "
-                              "COORDINATOR_URL and that the Coordinator runs") from None
+                              f"{self.cfg.coordinator_url} ({text}); fix: {fix}") from None
         if response.status_code == 401:
             raise CheckFailed(f"Coordinator check FAILED at {self.cfg.coordinator_url}: 401, "
                               "fix: set COORDINATOR_TOKEN to the Coordinator's token")
@@ -617,7 +631,7 @@ class Worker:
                 answer = response.json()
                 duplicate = isinstance(answer, dict) and bool(answer.get("duplicate"))
                 self.set_drain(isinstance(answer, dict) and bool(answer.get("drain")))
-            except (requests.RequestException, CheckFailed, ValueError) as error:
+            except (OSError, CheckFailed, ValueError) as error:  # OSError: requests' too
                 if outage is None:
                     outage = one_line(error)
                     log.warning("Heartbeat to %s failed (%s); still processing tasks, "
@@ -644,7 +658,7 @@ class Worker:
         try:
             response = self.http.post(url, json={"instance_id": self.instance_id},
                                       timeout=self.cfg.coordinator_timeout)
-        except requests.RequestException as error:
+        except OSError as error:  # requests' errors are OSErrors too
             log.warning("Could not deregister from %s (%s); it marks %s dead after the "
                         "heartbeat TTL", self.cfg.coordinator_url, one_line(error),
                         self.cfg.worker_id)

@@ -10,6 +10,7 @@ import json
 import os
 import resource
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lab.throwaway import ThrowawayRedis, free_port, wait_until
+from lab.throwaway import Certificates, ThrowawayRedis, free_port, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 FILES = REPO / "files"
@@ -185,14 +186,17 @@ class CoordinatorProcess:
     once /health answers 200. ``settings`` are COORDINATOR_* variables without the prefix
     (``heartbeat_ttl=2``); none is inherited from this environment. ``open_files``: the soft
     open-file limit it starts with (see ``soft_open_files``). ``redis_login``: the Redis ACL
-    user (name, password) it logs in as, instead of ``redis``'s requirepass password."""
+    user (name, password) it logs in as, instead of ``redis``'s requirepass password.
+    ``tls``: the certificates (``lab.throwaway.make_certificates``) it serves HTTPS with;
+    ``url`` is then https:// and ``ca_file`` the CA that verifies it."""
 
     def __init__(self, dsn: str, redis: ThrowawayRedis, log: Path, *,
                  token: str | None = None, port: int | None = None, timeout: float = 60,
                  open_files: int | None = None, redis_login: tuple[str, str] | None = None,
-                 **settings: Any) -> None:
+                 tls: Certificates | None = None, **settings: Any) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.ca_file = str(tls.ca) if tls else None
         self.token = token
         self.log = log
         variables = {f"COORDINATOR_{name.upper()}": str(value)
@@ -203,6 +207,8 @@ class CoordinatorProcess:
             variables.update(REDIS_USERNAME=redis_login[0], REDIS_PASSWORD=redis_login[1])
         if token:
             variables["COORDINATOR_TOKEN"] = token
+        if tls is not None:
+            variables.update(COORDINATOR_TLS_CERT=str(tls.cert), COORDINATOR_TLS_KEY=str(tls.key))
         self.process = Process([sys.executable, "-m", "coordinator"],
                                clean_env("COORDINATOR_", variables), log, FILES,
                                open_files=open_files)
@@ -217,7 +223,9 @@ class CoordinatorProcess:
             raise AssertionError(f"the Coordinator exited ({self.process.proc.returncode}):\n"
                                  f"{self.process.output()}")
         try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as answer:
+            context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2,
+                                        context=context) as answer:
                 return answer.status == 200
         except OSError:
             return False

@@ -68,15 +68,17 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: Drain the worker of a host before its maintenance
   coordinator_drain:
-    coordinator_url: http://192.168.0.40:8000
+    coordinator_url: https://192.168.0.40:8000
     coordinator_token: "{{ vault_coordinator_token }}"
+    ca_path: /etc/coordinator-cluster/tls/ca.crt
     worker_id: infer-macbookair
     timeout: 300
 
 - name: Let it take tasks again
   coordinator_drain:
-    coordinator_url: http://192.168.0.40:8000
+    coordinator_url: https://192.168.0.40:8000
     coordinator_token: "{{ vault_coordinator_token }}"
+    ca_path: /etc/coordinator-cluster/tls/ca.crt
     worker_id: infer-macbookair
     state: undrained
 """

@@ -173,8 +173,9 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: Prove the migrated web worker answers, in the database itself
   coordinator_task:
-    coordinator_url: http://ai-core.lan:8000
+    coordinator_url: https://ai-core.lan:8000
     coordinator_token: "{{ coordinator_token }}"
+    ca_path: /etc/coordinator-cluster/tls/ca.crt
     login_host: ai-core.lan
     login_password: "{{ coordinator_db_password }}"
     prompt: What is the weather in Tokyo today?
@@ -323,6 +324,7 @@ from ansible.module_utils.coordinator_probe import (
     describe_target,
     describe_timeout,
     describe_unreachable,
+    describe_url_problem,
     first_line,
     is_final,
     judge_final,
@@ -434,6 +436,7 @@ class Probe:
                     method="POST",
                     timeout=params["timeout"],
                     validate_certs=params["validate_certs"],
+                    ca_path=params["ca_path"] or None,
                 )
                 return parse_route_answer(url, answer.read())
             except HTTPError as exc:
@@ -443,7 +446,8 @@ class Probe:
                 retry = exc.code == 503
             except (URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
-                failure = ProbeError(describe_unreachable(url, str(reason)))
+                failure = ProbeError(describe_unreachable(url, str(reason),
+                                                          params["ca_path"] or None))
                 # Refused: nothing listens (the Coordinator restarting); no task was made.
                 retry = isinstance(reason, ConnectionRefusedError)
             if not retry or time.monotonic() + ROUTE_RETRY_DELAY > deadline:
@@ -525,7 +529,7 @@ def main() -> None:
     params = module.params
     bad_option = check_options(
         params["coordinator_url"], params["timeout"], params["poll_interval"]
-    )
+    ) or describe_url_problem(params["coordinator_url"], params["ca_path"] or None)
     if bad_option:
         module.fail_json(msg=bad_option)
     if module.check_mode:

@@ -95,8 +95,9 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: No web worker runs that systemd or launchd of a reached host does not account for
   coordinator_workers:
-    coordinator_url: http://192.168.0.40:8000
+    coordinator_url: https://192.168.0.40:8000
     coordinator_token: "{{ vault_coordinator_token }}"
+    ca_path: /etc/coordinator-cluster/tls/ca.crt
     kind: web
     expected:
       - host: 192.168.0.43

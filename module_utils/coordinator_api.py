@@ -14,7 +14,11 @@ import uuid
 from typing import Any
 from urllib.error import HTTPError, URLError
 
-from ansible.module_utils.coordinator_probe import describe_http_error, describe_unreachable
+from ansible.module_utils.coordinator_probe import (
+    describe_http_error,
+    describe_unreachable,
+    describe_url_problem,
+)
 from ansible.module_utils.urls import open_url
 
 #: Seconds between two reads of the API by a module that waits for a state
@@ -24,11 +28,13 @@ READ_INTERVAL = 1.0
 
 def api_argument_spec() -> dict[str, Any]:
     """The options every module that calls the Coordinator API takes, as the doc fragment
-    coordinator_api documents them: coordinator_url, coordinator_token, validate_certs."""
+    coordinator_api documents them: coordinator_url, coordinator_token, validate_certs,
+    ca_path."""
     return {
         "coordinator_url": {"type": "str", "required": True},
         "coordinator_token": {"type": "str", "no_log": True},
         "validate_certs": {"type": "bool", "default": True},
+        "ca_path": {"type": "path"},
     }
 
 
@@ -37,9 +43,13 @@ def call(params: dict[str, Any], method: str, path: str, error: type[Exception],
     """The JSON answer of ``method path``; raises ``error`` with a line a user can act on.
 
     ``params`` holds the modules' common options: coordinator_url, coordinator_token,
-    validate_certs and timeout. A POST carries a fresh Idempotency-Key, so a request retried
-    after a lost answer has one effect."""
+    validate_certs, ca_path and timeout. A POST carries a fresh Idempotency-Key, so a request
+    retried after a lost answer has one effect."""
     url = params["coordinator_url"].rstrip("/")
+    ca_path = params["ca_path"] or None
+    problem = describe_url_problem(url, ca_path)
+    if problem:
+        raise error(problem)
     headers = {"Accept": "application/json"}
     if params["coordinator_token"]:
         headers["Authorization"] = f"Bearer {params['coordinator_token']}"
@@ -48,14 +58,15 @@ def call(params: dict[str, Any], method: str, path: str, error: type[Exception],
     try:
         answer = open_url(f"{url}{path}", headers=headers, method=method,
                           timeout=timeout or params["timeout"],
-                          validate_certs=params["validate_certs"])
+                          validate_certs=params["validate_certs"], ca_path=ca_path)
         return json.loads(answer.read())
     except HTTPError as exc:
         raise error(describe_http_error(url, exc.code, exc.read(),
                                         bool(params["coordinator_token"]),
                                         request=f"{method} {path}")) from exc
     except (URLError, OSError) as exc:
-        raise error(describe_unreachable(url, str(getattr(exc, "reason", exc)))) from exc
+        raise error(describe_unreachable(url, str(getattr(exc, "reason", exc)), ca_path)
+                    ) from exc
     except ValueError as exc:
         raise error(f"Coordinator at {url} did not answer {method} {path} with JSON: "
                     "check coordinator_url") from exc

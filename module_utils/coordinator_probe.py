@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ansible.module_utils.coordinator_contract import (
+    coordinator_tls_problem,
+    coordinator_url_problem,
+)
+
 # The columns of ``tasks`` the probe reads (docs/design.md), in the order of TaskRow's fields.
 TASK_COLUMNS = (
     "id::text",
@@ -279,11 +284,17 @@ def _error_from_body(body: bytes) -> str:
     return first_line(text)[:200] if text.strip() else "(empty answer)"
 
 
-def describe_unreachable(coordinator_url: str, reason: str) -> str:
+def describe_unreachable(coordinator_url: str, reason: str, ca_path: str | None = None) -> str:
+    fix = coordinator_tls_problem(coordinator_url, reason, ca_path, "ca_path")
     return (
         f"Coordinator unreachable at {coordinator_url} ({first_line(reason)}): "
-        "check coordinator_url"
+        f"{fix or 'check coordinator_url'}"
     )
+
+
+def describe_url_problem(coordinator_url: str, ca_path: str | None) -> str | None:
+    """An http:// coordinator_url with a ca_path, which only an HTTPS Coordinator needs."""
+    return coordinator_url_problem(coordinator_url, ca_path, "coordinator_url", "ca_path")
 
 
 # -- interpreting the task row ---------------------------------------------------------------

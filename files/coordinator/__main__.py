@@ -12,13 +12,14 @@ import logging
 import os
 import resource
 import socket
+import ssl
 import sys
 
 import uvicorn
 
 from . import __version__, status_cli
 from .app import create_app
-from .config import ConfigError, load_config
+from .config import Config, ConfigError, load_config
 from .errors import StartupError
 from .service import preflight
 
@@ -57,21 +58,46 @@ def main() -> int:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
     try:
+        check_tls_files(cfg)
         sockets = [listening_socket(address, cfg.port) for address in cfg.bind_addresses]
-    except OSError as exc:
+    except (OSError, StartupError) as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
     logging.getLogger("coordinator").info(
-        "coordinator %s listening on %s (open-file limit %d)", __version__,
+        "coordinator %s listening on %s, %s (open-file limit %d)", __version__,
         ", ".join(f"{a}:{cfg.port}" if ":" not in a else f"[{a}]:{cfg.port}"
-                  for a in cfg.bind_addresses), raise_open_file_limit())
+                  for a in cfg.bind_addresses),
+        "HTTPS" if cfg.tls_cert_file else "plain HTTP", raise_open_file_limit())
     server = uvicorn.Server(uvicorn.Config(
         create_app(cfg), loop="uvloop", http="httptools", access_log=False,
         server_header=False, log_config=None, backlog=4096, timeout_keep_alive=30,
-        proxy_headers=False,
+        proxy_headers=False, ssl_certfile=cfg.tls_cert_file, ssl_keyfile=cfg.tls_key_file,
     ))
     server.run(sockets=sockets)
     return 0
+
+
+def check_tls_files(cfg: Config) -> None:
+    """Load the HTTPS certificate and key as uvicorn will, so a missing or unreadable file
+    or a key of another certificate is one line naming the file, not a traceback."""
+    if cfg.tls_cert_file is None or cfg.tls_key_file is None:
+        return
+    for name, path in (("COORDINATOR_TLS_CERT", cfg.tls_cert_file),
+                       ("COORDINATOR_TLS_KEY", cfg.tls_key_file)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise StartupError(f"{name} {path}: cannot read it ({exc.strerror}): run site.yml, "
+                          "which puts the cluster's certificate and key there, and check "
+                          "that the service's user is in the group ssl-cert") from None
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            cfg.tls_cert_file, cfg.tls_key_file)
+    except ssl.SSLError as exc:
+        raise StartupError(f"COORDINATOR_TLS_CERT {cfg.tls_cert_file} and COORDINATOR_TLS_KEY "
+                           f"{cfg.tls_key_file} do not load together ({exc.reason or exc}): "
+                           "they must be one certificate and its own key") from None
 
 
 def listening_socket(address: str, port: int) -> socket.socket:

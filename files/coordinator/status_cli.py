@@ -3,9 +3,11 @@ latest failures in a terminal, read from its API (``GET /workers``, ``/queues``,
 
 The address is ``--url``, else ``COORDINATOR_URL``, else this host's Coordinator as its own
 environment (``COORDINATOR_BIND``, ``COORDINATOR_PORT``) or the defaults of ``config``
-describe it. The token is read from ``COORDINATOR_TOKEN`` or ``--token-file`` (a file holding
-the token, or the service's environment file with its ``COORDINATOR_TOKEN=`` line), never
-from the command line, where ``ps`` would show it. Only the standard library is used.
+describe it; with a CA file (``--ca-file`` or ``COORDINATOR_CA_FILE``) over HTTPS, its
+certificate verified against that CA. The token is read from ``COORDINATOR_TOKEN`` or
+``--token-file`` (a file holding the token, or the service's environment file with its
+``COORDINATOR_TOKEN=`` line), never from the command line, where ``ps`` would show it. Only
+the standard library is used.
 
 Formatting (``format_*``) is pure and separate from the requests (``fetch_status``). A
 failure prints one line on stderr saying what to do and exits 1; bad arguments exit 2.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.parse
@@ -24,6 +27,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+from coordinator_contract import (
+    COORDINATOR_CA_FILE_ENV,
+    coordinator_tls_problem,
+    coordinator_url_problem,
+)
 
 from .config import DEFAULT, split_addresses
 from .pages import age, when
@@ -168,7 +177,8 @@ def format_status(url: str, answers: Mapping[str, Mapping[str, Any]]) -> str:
 
 def default_url(environ: Mapping[str, str]) -> str:
     """This host's Coordinator: as its environment binds it, else as ``config.DEFAULT`` does
-    (a wildcard bind is reached on the loopback address)."""
+    (a wildcard bind is reached on the loopback address); https:// when it serves HTTPS or a
+    CA file to verify it is given."""
     addresses = split_addresses((environ.get("COORDINATOR_BIND") or "").strip() or DEFAULT.bind)
     # A loopback address when the service listens on one, else the first.
     bind = next((a for a in addresses if a.startswith("127.") or a == "::1"), addresses[0])
@@ -177,7 +187,9 @@ def default_url(environ: Mapping[str, str]) -> str:
     if ":" in bind and not bind.startswith("["):
         bind = f"[{bind}]"
     port = (environ.get("COORDINATOR_PORT") or "").strip()
-    return f"http://{bind}:{port if port.isdigit() else DEFAULT.port}"
+    scheme = ("https" if (environ.get("COORDINATOR_TLS_CERT") or "").strip()
+              or (environ.get(COORDINATOR_CA_FILE_ENV) or "").strip() else "http")
+    return f"{scheme}://{bind}:{port if port.isdigit() else DEFAULT.port}"
 
 
 def check_url(url: str) -> str:
@@ -217,21 +229,37 @@ def read_token_file(path: str) -> str:
     return token
 
 
-def get_json(url: str, path: str, token: str | None, timeout: float) -> Any:
+def tls_context(ca_file: str | None) -> ssl.SSLContext | None:
+    """The context that verifies the Coordinator's certificate against ``ca_file``; None
+    (the system's CA store) without one. StatusError when the file cannot be read."""
+    if not ca_file:
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        why = getattr(exc, "strerror", None) or clean(exc)
+        raise StatusError(f"cannot read the CA file {ca_file} ({why}): use the cluster CA's "
+                          f"ca.crt (--ca-file or {COORDINATOR_CA_FILE_ENV}, docs/tls.md)"
+                          ) from None
+
+
+def get_json(url: str, path: str, token: str | None, timeout: float,
+             ca_file: str | None = None) -> Any:
     """GET ``url + path``; the decoded JSON answer, or StatusError with the line to print."""
     headers = {"Accept": "application/json", "User-Agent": "coordinator-status"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url + path, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout,
+                                    context=tls_context(ca_file)) as resp:
             body = resp.read()
     except urllib.error.HTTPError as exc:
         raise StatusError(http_error_line(exc.code, exc.reason, exc.read(), path)) from None
     except urllib.error.URLError as exc:
-        raise StatusError(unreachable(url, exc.reason)) from None
+        raise StatusError(unreachable(url, exc.reason, ca_file)) from None
     except (OSError, http.client.HTTPException) as exc:  # timeouts, resets while reading
-        raise StatusError(unreachable(url, exc)) from None
+        raise StatusError(unreachable(url, exc, ca_file)) from None
     except ValueError as exc:  # http.client.InvalidURL and the like
         raise StatusError(f"invalid Coordinator URL {url!r} ({exc}): use e.g. "
                           f"{default_url({})} (--url or COORDINATOR_URL)") from None
@@ -243,10 +271,11 @@ def get_json(url: str, path: str, token: str | None, timeout: float) -> Any:
             "): check that COORDINATOR_URL (or --url) is the Coordinator's address") from None
 
 
-def unreachable(url: str, reason: object) -> str:
+def unreachable(url: str, reason: object, ca_file: str | None = None) -> str:
     why = getattr(reason, "strerror", None) or clean(reason) or type(reason).__name__
-    return (f"coordinator not reachable at {url} ({why}): check COORDINATOR_URL (or --url) "
-            "and that the service runs")
+    fix = (coordinator_tls_problem(url, f"{why} {reason!r}", ca_file)
+           or "check COORDINATOR_URL (or --url) and that the service runs")
+    return f"coordinator not reachable at {url} ({why}): {fix}"
 
 
 def http_error_line(status: int, reason: object, body: bytes, path: str) -> str:
@@ -262,15 +291,19 @@ def http_error_line(status: int, reason: object, body: bytes, path: str) -> str:
     return f"GET {path} answered {status}: {cut(first_line(message), 300)}"
 
 
-def fetch_status(url: str, token: str | None, failures: int, timeout: float
-                 ) -> dict[str, Any]:
+def fetch_status(url: str, token: str | None, failures: int, timeout: float,
+                 ca_file: str | None = None) -> dict[str, Any]:
     """The answers of GET /workers, /queues and (unless ``failures`` is 0) the newest
     ``failures`` failed tasks, by name."""
-    answers = {"workers": get_json(url, "/workers", token, timeout),
-               "queues": get_json(url, "/queues", token, timeout)}
+    problem = coordinator_url_problem(url, ca_file)
+    if problem:
+        raise StatusError(problem)
+    tls_context(ca_file)  # a CA file that cannot be read says so before any request
+    answers = {"workers": get_json(url, "/workers", token, timeout, ca_file),
+               "queues": get_json(url, "/queues", token, timeout, ca_file)}
     if failures:
         answers["tasks"] = get_json(url, f"/tasks?status=failed&limit={failures}", token,
-                                    timeout)
+                                    timeout, ca_file)
     return answers
 
 
@@ -308,6 +341,10 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--token-file", metavar="PATH",
                    help="file with the token, or the service's environment file "
                         "(its COORDINATOR_TOKEN= line); default: COORDINATOR_TOKEN")
+    p.add_argument("--ca-file", metavar="PATH",
+                   default=environ.get(COORDINATOR_CA_FILE_ENV) or None,
+                   help="CA certificate to verify an https:// Coordinator against (the "
+                        f"cluster CA's ca.crt; default: {COORDINATOR_CA_FILE_ENV})")
     p.add_argument("--failures", metavar="N", type=failure_count, default=5,
                    help="how many of the newest failed tasks to show (default 5; 0: none)")
     p.add_argument("--json", action="store_true",
@@ -330,10 +367,12 @@ def main(argv: list[str], environ: Mapping[str, str], out: TextIO | None = None,
             token = read_token_file(args.token_file)
         except ValueError as exc:
             p.error(f"argument --token-file: {exc}")
-    url = args.url or environ.get("COORDINATOR_URL", "").strip() or default_url(environ)
+    url = (args.url or environ.get("COORDINATOR_URL", "").strip()
+           or default_url({**environ, **({COORDINATOR_CA_FILE_ENV: args.ca_file}
+                                         if args.ca_file else {})}))
     try:
         url = check_url(url)
-        answers = fetch_status(url, token, args.failures, args.timeout)
+        answers = fetch_status(url, token, args.failures, args.timeout, args.ca_file)
     except StatusError as exc:
         print(f"coordinator status: {exc}", file=err)
         return 1

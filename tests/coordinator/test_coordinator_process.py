@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -17,19 +18,20 @@ import redis
 
 from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
 from lab import throwaway
-from lab.processes import stop_process
+from lab.processes import FILES, stop_process
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
 
 from .coordkit import Backends, ServerThread, coordinator_process, wait_for
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60,
+                 verify: ssl.SSLContext | bool = True) -> None:
     def healthy() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"coordinator exited {proc.returncode}: "
                                  f"{proc.stderr.read()[-2000:]}")
         try:
-            return httpx.get(url + "/health", timeout=2).status_code == 200
+            return httpx.get(url + "/health", timeout=2, verify=verify).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -184,6 +186,79 @@ def test_with_redis_ca_file_the_coordinator_speaks_tls_and_refuses_another_ca(
         queue = redis.Redis(host="127.0.0.1", port=server.port, password=server.password,
                             decode_responses=True, ssl=True, ssl_ca_certs=str(certificates.ca))
         assert routed.json()["task_id"] in queue.lrange("tasks:web", 0, -1)
+
+
+def test_with_a_certificate_it_serves_https_only(backends: Backends, processes: list,
+                                                 tmp_path) -> None:
+    """COORDINATOR_TLS_CERT/KEY: the API answers over HTTPS with that certificate, which
+    verifies against its CA; a plain http:// request gets no answer (no token or prompt in
+    clear), and the status command says what to use instead."""
+    certificates = throwaway.make_certificates(tmp_path / "cluster")
+    port, token = free_port(), "https-token"
+    proc = coordinator_process(backends.env(
+        COORDINATOR_PORT=str(port), COORDINATOR_TOKEN=token,
+        COORDINATOR_TLS_CERT=str(certificates.cert), COORDINATOR_TLS_KEY=str(certificates.key)))
+    processes.append(proc)
+    url = f"https://127.0.0.1:{port}"
+    cluster_ca = ssl.create_default_context(cafile=certificates.ca)
+    wait_healthy(url, proc, verify=cluster_ca)
+    headers = {"Authorization": f"Bearer {token}"}
+    answer = httpx.get(url + "/workers", headers=headers, verify=cluster_ca, timeout=5)
+    assert answer.status_code == 200, answer.text
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx.get(url + "/health", timeout=5)  # the system's CAs do not know the cluster's
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.get(f"http://127.0.0.1:{port}/workers", headers=headers, timeout=5)
+    plain = subprocess.run(
+        [sys.executable, "-m", "coordinator", "status", "--url", f"http://127.0.0.1:{port}"],
+        cwd=FILES, capture_output=True, text=True, timeout=30,
+        env={"PATH": "/usr/bin:/bin", "COORDINATOR_TOKEN": token})
+    assert plain.returncode == 1
+    assert plain.stderr.strip() == (
+        f"coordinator status: coordinator not reachable at http://127.0.0.1:{port} (Remote end "
+        f"closed connection without response): the Coordinator at http://127.0.0.1:{port} "
+        "closed the connection without an answer, as one that serves HTTPS only does: use "
+        "https:// and the cluster CA's certificate (COORDINATOR_CA_FILE, docs/tls.md)")
+    verified = subprocess.run(
+        [sys.executable, "-m", "coordinator", "status", "--ca-file", str(certificates.ca)],
+        cwd=FILES, capture_output=True, text=True, timeout=30,
+        env={"PATH": "/usr/bin:/bin", "COORDINATOR_TOKEN": token, "COORDINATOR_PORT": str(port)})
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.startswith(f"Coordinator at {url}: 0 worker(s)")
+    code, stderr = stop(proc)
+    assert code in (0, -signal.SIGTERM), stderr
+    assert f"listening on 127.0.0.1:{port}, HTTPS" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("fault", ["key missing", "key alone", "key of another certificate"])
+def test_a_bad_https_certificate_or_key_stops_the_start_with_one_line(
+        backends: Backends, tmp_path, fault: str) -> None:
+    certificates = throwaway.make_certificates(tmp_path / "cluster")
+    other = throwaway.make_certificates(tmp_path / "other")
+    tls = {"COORDINATOR_TLS_CERT": str(certificates.cert),
+           "COORDINATOR_TLS_KEY": str(certificates.key)}
+    if fault == "key missing":
+        tls["COORDINATOR_TLS_KEY"] = str(tmp_path / "absent.key")
+    elif fault == "key alone":
+        del tls["COORDINATOR_TLS_CERT"]
+    else:
+        tls["COORDINATOR_TLS_KEY"] = str(other.key)
+    code, stderr = run_failing(backends.env(COORDINATOR_PORT=str(free_port()), **tls))
+    expected = {
+        "key missing": (1, f"coordinator: COORDINATOR_TLS_KEY {tmp_path}/absent.key: cannot read "
+                           "it (No such file or directory): run site.yml, which puts the "
+                           "cluster's certificate and key there, and check that the service's "
+                           "user is in the group ssl-cert"),
+        "key alone": (2, "coordinator: COORDINATOR_TLS_KEY is set without COORDINATOR_TLS_CERT: "
+                         "HTTPS needs both the certificate and its key; set both, or neither "
+                         "for plain HTTP"),
+        "key of another certificate": (
+            1, f"coordinator: COORDINATOR_TLS_CERT {certificates.cert} and COORDINATOR_TLS_KEY "
+               f"{other.key} do not load together (KEY_VALUES_MISMATCH): they must be one "
+               "certificate and its own key"),
+    }[fault]
+    assert (code, stderr) == expected
 
 
 def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None:

@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from lab.processes import CoordinatorProcess
-from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres, ThrowawayRedis
+from lab.throwaway import DB_NAME, DB_USER, Certificates, ThrowawayPostgres, ThrowawayRedis
 
 from ..conftest import create_schema
 from ..library_kit import module_env
@@ -193,10 +193,12 @@ def unique_prompt(label: str) -> str:
 
 
 def start_coordinator(db: TasksDb, redis: ThrowawayRedis, workdir: Path,
-                      port: int | None = None, token: str | None = None) -> CoordinatorProcess:
-    """The real Coordinator with a token (a fresh one unless given), on ``port`` or a free one."""
+                      port: int | None = None, token: str | None = None,
+                      tls: Certificates | None = None) -> CoordinatorProcess:
+    """The real Coordinator with a token (a fresh one unless given), on ``port`` or a free one;
+    with ``tls``, over HTTPS."""
     return CoordinatorProcess(db.dsn, redis, workdir / "coordinator.log", port=port,
-                              token=token or secrets.token_urlsafe(24))
+                              token=token or secrets.token_urlsafe(24), tls=tls)
 
 
 class Registration:

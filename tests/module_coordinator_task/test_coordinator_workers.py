@@ -11,10 +11,11 @@ import threading
 import time
 from pathlib import Path
 
+from lab import throwaway
 from lab.processes import CoordinatorProcess
 
 from ..library_kit import documented_as_coded
-from .coordinator_task_harness import Registration, finish_probe, start_probe
+from .coordinator_task_harness import Registration, finish_probe, start_coordinator, start_probe
 
 SLOW, FAST = "10.0.7.42", "10.0.7.43"
 HOSTS = {SLOW: "lab-worker-slow", FAST: "lab-worker-fast"}
@@ -87,6 +88,31 @@ def test_wrong_token_and_no_coordinator_are_one_line(tmp_path, coordinator):
     run = witness(tmp_path, coordinator, coordinator_url="http://127.0.0.1:9")
     assert run.result["msg"].startswith("Coordinator unreachable at http://127.0.0.1:9 (")
     assert run.result["msg"].endswith("): check coordinator_url")
+
+
+def test_over_https_the_coordinator_is_verified_against_ca_path(tmp_path, tasks_db,
+                                                                probe_redis):
+    certificates = throwaway.make_certificates(tmp_path / "cluster")
+    with start_coordinator(tasks_db, probe_redis, tmp_path, tls=certificates) as https:
+        run = witness(tmp_path, https, ca_path=str(certificates.ca), expected=[],
+                      require="accounted")
+        assert run.rc == 0, run.stdout
+        plain = https.url.replace("https://", "http://")
+        run = witness(tmp_path, https, coordinator_url=plain, ca_path=str(certificates.ca))
+        assert run.result["msg"] == (f"coordinator_url {plain} is http://, and ca_path is set: "
+                                     f"the Coordinator serves HTTPS, use {https.url}")
+        run = witness(tmp_path, https, coordinator_url=plain)
+        assert run.result["msg"] == (
+            f"Coordinator unreachable at {plain} (Remote end closed connection without "
+            f"response): the Coordinator at {plain} closed the connection without an answer, "
+            "as one that serves HTTPS only does: use https:// and the cluster CA's certificate "
+            "(ca_path, docs/tls.md)")
+        run = witness(tmp_path, https)
+        assert run.result["msg"].startswith(f"Coordinator unreachable at {https.url} (")
+        assert run.result["msg"].endswith(
+            f"the Coordinator's certificate is not from the CA in the system's CA store or "
+            f"does not name the host of {https.url}: use the cluster CA's ca.crt, and the "
+            "address site.yml gave the Coordinator's certificate (docs/tls.md)")
 
 
 def test_documentation_matches_the_code(tmp_path, coordinator, registrations):

@@ -23,7 +23,7 @@ import requests
 from lab import throwaway
 from lab.processes import CoordinatorProcess, Process, Standin
 from lab.standins.ollama import DEFAULT_MODEL
-from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port
+from lab.throwaway import Certificates, ThrowawayPostgres, ThrowawayRedis, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "files"
@@ -58,19 +58,19 @@ class Coordinator(CoordinatorProcess):
 
     def __init__(self, pg: ThrowawayPostgres, rds: ThrowawayRedis, tmp: Path,
                  port: int | None = None, token: str | None = None,
-                 open_files: int | None = None) -> None:
+                 open_files: int | None = None, tls: Certificates | None = None) -> None:
         port = port or free_port()
         super().__init__(pg.dsn, rds, tmp / f"coordinator-{port}.log", port=port, token=token,
-                         open_files=open_files, heartbeat_ttl=HEARTBEAT_TTL)
+                         open_files=open_files, tls=tls, heartbeat_ttl=HEARTBEAT_TTL)
 
     def route(self, prompt: str, task_type: str, **extra: str) -> str:
-        response = requests.post(f"{self.url}/route", timeout=10,
+        response = requests.post(f"{self.url}/route", timeout=10, verify=self.ca_file or True,
                                  json={"prompt": prompt, "task_type": task_type, **extra})
         assert response.status_code == 201, response.text
         return response.json()["task_id"]
 
     def worker(self, worker_id: str) -> dict[str, Any] | None:
-        response = requests.get(f"{self.url}/workers", timeout=5)
+        response = requests.get(f"{self.url}/workers", timeout=5, verify=self.ca_file or True)
         assert response.status_code == 200, response.text
         body = response.json()
         workers = body["workers"] if isinstance(body, dict) else body
