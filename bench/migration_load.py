@@ -126,6 +126,7 @@ def keep_routing(url: str, token: str, rate: float, routed: list[Routed],
                  stop: threading.Event) -> None:
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
+    session.verify = lab.verify_for(url)
     next_at = time.monotonic()
     while not stop.is_set():
         answer = session.post(f"{url}/route", timeout=10, json={
@@ -139,6 +140,7 @@ def keep_routing(url: str, token: str, rate: float, routed: list[Routed],
 def collect(url: str, token: str, routed: list[Routed], deadline: float) -> None:
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
+    session.verify = lab.verify_for(url)
     for task in routed:
         while time.monotonic() < deadline:
             answer = session.get(f"{url}/task/{task.task_id}", params={"wait": 20}, timeout=30)
@@ -184,10 +186,11 @@ def run(args: argparse.Namespace, the_lab: lab.Lab, addresses: dict[str, str],
         demo.run_playbook("site.yml", demo.LAB_INVENTORY, "bench-2-site")
     for host in WORKER_NODES:
         set_standin_latency(addresses[host], args.standin_latency)
-    url, token = demo.coordinator_url(), demo.read_token()
+    url, token = the_lab.coordinator_url, demo.read_token()
     redis_password = (lab.SECRETS_DIR / "redis_password").read_text().split()[0]
-    # The redis role's admin user (`default` is off).
+    # The redis role's admin user (`default` is off), over TLS with the lab's CA.
     queue = redis.Redis(host=redis_address, port=6379, username=REDIS_ADMIN_USER,
+                        ssl=True, ssl_ca_certs=str(lab.CLUSTER_CA_CERT),
                         password=redis_password, decode_responses=True, socket_timeout=5)
 
     timeline, stop = Timeline(), threading.Event()

@@ -96,9 +96,10 @@ def run_playbook(playbook: str, inventory: Path, log_name: str) -> None:
 
 def route_search(url: str, token: str) -> SearchOutcome:
     headers = {"Authorization": f"Bearer {token}"}
+    verify = lab.verify_for(url)
     routed = requests.post(
         f"{url}/route", json={"prompt": PROMPT, "task_type": "web_search"},
-        headers=headers, timeout=10,
+        headers=headers, timeout=10, verify=verify,
     )
     routed.raise_for_status()
     task_id = routed.json()["task_id"]
@@ -106,7 +107,7 @@ def route_search(url: str, token: str) -> SearchOutcome:
     task: dict = {}
     while time.monotonic() < deadline:
         answer = requests.get(f"{url}/task/{task_id}", params={"wait": 30},
-                              headers=headers, timeout=40)
+                              headers=headers, timeout=40, verify=verify)
         answer.raise_for_status()
         task = answer.json()
         if task["status"] in ("done", "failed"):

@@ -200,17 +200,18 @@ class Coordinator:
         self.url = url
         token = (lab.SECRETS_DIR / "coordinator_token").read_text().split()[0]
         self.headers = {"Authorization": f"Bearer {token}"}
+        self.verify = lab.verify_for(url)
 
     def route(self, prompt: str = PROMPT, task_type: str = "web_search") -> str:
         answer = requests.post(f"{self.url}/route", json={"prompt": prompt,
                                                           "task_type": task_type},
-                               headers=self.headers, timeout=10)
+                               headers=self.headers, timeout=10, verify=self.verify)
         answer.raise_for_status()
         return answer.json()["task_id"]
 
     def task(self, task_id: str, wait: int = 0) -> dict:
         answer = requests.get(f"{self.url}/task/{task_id}", params={"wait": wait},
-                              headers=self.headers, timeout=wait + 10)
+                              headers=self.headers, timeout=wait + 10, verify=self.verify)
         answer.raise_for_status()
         return answer.json()
 
@@ -231,7 +232,8 @@ class Coordinator:
 
     def workers(self) -> dict[str, dict]:
         """GET /workers by worker id."""
-        answer = requests.get(f"{self.url}/workers", headers=self.headers, timeout=10)
+        answer = requests.get(f"{self.url}/workers", headers=self.headers, timeout=10,
+                              verify=self.verify)
         answer.raise_for_status()
         return {w["worker_id"]: w for w in answer.json()["workers"]}
 

@@ -47,6 +47,7 @@ SECRETS_DIR = STATE_DIR / "secrets"
 # The lab cluster CA (inventory/lab: cluster_tls_ca_dir); its key is encrypted with the
 # secret cluster_ca_passphrase.
 CLUSTER_CA_DIR = STATE_DIR / "cluster-ca"
+CLUSTER_CA_CERT = CLUSTER_CA_DIR / "ca.crt"
 # How Ansible reaches every lab and Molecule node (the inventories' connection settings).
 SSH_DIR = STATE_DIR / "ssh"
 SSH_KEY = SSH_DIR / "id_ed25519"
@@ -90,10 +91,18 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
     coordinator = hosts["all"]["children"].get("coordinator", {}).get("hosts") or {}
     url = None
     if coordinator:
-        port = yaml.safe_load((group_vars / "cluster.yml").read_text())["coordinator_port"]
-        url = f"http://{nodes[next(iter(coordinator))]}:{port}"
+        cluster = yaml.safe_load((group_vars / "cluster.yml").read_text())
+        # The scheme the inventory's cluster_coordinator_url gives the workers.
+        scheme = cluster["cluster_coordinator_url"].strip().split("://", 1)[0]
+        url = f"{scheme}://{nodes[next(iter(coordinator))]}:{cluster['coordinator_port']}"
     return Lab(settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes,
                outsider, url)
+
+
+def verify_for(url: str) -> str | bool:
+    """What a client (requests' ``verify``) checks the lab Coordinator's certificate
+    against: the lab's cluster CA over HTTPS."""
+    return str(CLUSTER_CA_CERT) if url.startswith("https://") else True
 
 
 def podman(*args: str, check: bool = True, capture: bool = False,

@@ -142,12 +142,19 @@ async def read_form(request: Request) -> dict[str, str]:
                                                          max_num_fields=20).items()}
 
 
-def html(text: str, status: int = 200, cookie: str | None = None) -> Response:
-    response = Response(text, status_code=status, media_type="text/html; charset=utf-8",
-                        headers=HEADERS)
+def html(text: str, status: int = 200) -> Response:
+    return Response(text, status_code=status, media_type="text/html; charset=utf-8",
+                    headers=HEADERS)
+
+
+def with_session(response: Response, cookie: str | None, request: Request) -> Response:
+    """``response`` setting the session cookie (when there is one): HttpOnly, SameSite
+    strict, and Secure when the page is served over HTTPS, so a browser never sends it in
+    clear to a plain http:// address of the same host."""
     if cookie is not None:
         response.set_cookie(COOKIE, cookie, max_age=SESSION_SECONDS, path=PREFIX,
-                            httponly=True, samesite="strict")
+                            httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
     return response
 
 
@@ -209,11 +216,8 @@ def add_status_pages(app: FastAPI, cfg: Config, coordinator: Coordinator) -> Non
             return html(pages.login_page(
                 f"{given}: type the Coordinator's token (COORDINATOR_TOKEN; "
                 "coordinator_token in the inventory's vault)", target), 401)
-        response = RedirectResponse(target, 303, headers=HEADERS)
-        response.set_cookie(COOKIE, sessions.issue(clean_name(form.get("name", ""))),
-                            max_age=SESSION_SECONDS, path=PREFIX, httponly=True,
-                            samesite="strict")
-        return response
+        return with_session(RedirectResponse(target, 303, headers=HEADERS),
+                            sessions.issue(clean_name(form.get("name", ""))), request)
 
     @post(f"{PREFIX}/logout")
     async def logout(request: Request) -> Response:
@@ -243,8 +247,8 @@ def add_status_pages(app: FastAPI, cfg: Config, coordinator: Coordinator) -> Non
         notice = ("filter ignored: " + "; ".join(problems)) if problems else None
         form = pages.Form(sessions.csrf(session[1]), str(uuid.uuid4()))
         cookie = session[1] if cfg.token is None else None
-        return html(pages.overview_page(view, where.as_dict(), choices, form, notice),
-                    cookie=cookie)
+        return with_session(html(pages.overview_page(view, where.as_dict(), choices, form,
+                                                     notice)), cookie, request)
 
     @get(PREFIX + "/task/{task_id}")
     async def task_page(request: Request, task_id: str) -> Response:
@@ -270,8 +274,9 @@ def add_status_pages(app: FastAPI, cfg: Config, coordinator: Coordinator) -> Non
         kind, question = ACTIONS[action]
         back = f"{PREFIX}/task/{quote(target, safe='')}" if kind == "task" else PREFIX
         form = pages.Form(sessions.csrf(session[1]), str(uuid.uuid4()))
-        return html(pages.confirm_page(action, target, question.format(target=target), form,
-                                       back), cookie=session[1] if cfg.token is None else None)
+        return with_session(html(pages.confirm_page(action, target,
+                                                    question.format(target=target), form, back)),
+                            session[1] if cfg.token is None else None, request)
 
     @post(f"{PREFIX}/action")
     async def action(request: Request) -> Response:

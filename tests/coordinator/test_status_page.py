@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import html
 import re
+import ssl
 import uuid
 
 import httpx
 import pytest
 
 from coordinator.ui import SESSION_SECONDS, Sessions, clean_name
+from lab import throwaway
 
 from .coordkit import Backends, ServerThread
 
@@ -74,6 +76,7 @@ def test_the_session_cookie_is_http_only_strict_and_pages_are_locked_down(
         for part in ("coordinator_session=", "HttpOnly", "Path=/ui", "SameSite=strict",
                      f"Max-Age={SESSION_SECONDS}"):
             assert part in cookie
+        assert "Secure" not in cookie  # plain HTTP: a Secure cookie would never come back
         page = client.get("/ui")
         assert page.status_code == 200
         assert page.headers["content-security-policy"].startswith("default-src 'none'")
@@ -81,6 +84,19 @@ def test_the_session_cookie_is_http_only_strict_and_pages_are_locked_down(
         assert 'id="workers"' in page.text and 'id="tasks"' in page.text
         css = client.get("/ui/style.css")
         assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+
+
+def test_over_https_the_session_cookie_is_secure(start_server, tmp_path) -> None:
+    certificates = throwaway.make_certificates(tmp_path / "cluster")
+    server = start_server(COORDINATOR_TOKEN=TOKEN, COORDINATOR_TLS_CERT=str(certificates.cert),
+                          COORDINATOR_TLS_KEY=str(certificates.key))
+    assert server.url.startswith("https://")
+    with httpx.Client(base_url=server.url, timeout=30, follow_redirects=False,
+                      verify=ssl.create_default_context(cafile=certificates.ca)) as client:
+        answer = client.post("/ui/login", data={"token": TOKEN, "name": "alice", "next": "/ui"})
+        assert answer.status_code == 303, answer.text
+        assert "; Secure" in answer.headers["set-cookie"]
+        assert client.get("/ui").status_code == 200  # the client sends it back over HTTPS
 
 
 def test_an_action_needs_the_pages_csrf_token_and_same_site(

@@ -117,7 +117,7 @@ def cluster(podman_ready: None) -> Iterator[Cluster]:
              for name, address in the_lab.nodes.items()},
             # The redis role's admin user (`default` is off), over TLS with the lab's CA.
             f"rediss://{lab.REDIS_ADMIN_USER}:{password}@{core}:6379/0"
-            f"?ssl_ca_certs={lab.CLUSTER_CA_DIR / 'ca.crt'}")
+            f"?ssl_ca_certs={lab.CLUSTER_CA_CERT}")
         try:
             prepared = playbooks.run("lab/prepare.yml", lab.INVENTORY)
             assert prepared.returncode == 0, prepared.output[-5000:]

@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import secrets as random_secrets
 import subprocess
+from urllib.parse import urlsplit
 
 import coordinator_contract as contract
+import pytest
 import requests
 
-from lab import lab
+from lab import lab, throwaway
 
 WEB_ENV = "/etc/coordinator-worker/web-worker.env"
 # Connects with the DSN on standard input; prints "ok" or PostgreSQL's first error line.
@@ -114,6 +116,27 @@ def test_redis_serves_only_tls_with_the_cluster_cas_certificate(cluster) -> None
     assert (local.stdout + local.stderr).strip() == "NOAUTH Authentication required."
 
 
+def test_the_coordinator_serves_only_https_with_the_cluster_cas_certificate(
+        cluster, tmp_path) -> None:
+    """The API answers over HTTPS with the cluster CA's certificate for its address, which
+    the workers verify (COORDINATOR_CA_FILE); a client trusting another CA is refused in the
+    handshake, and a plain http:// request gets no answer: no token goes out in clear."""
+    url = cluster.coordinator.url
+    assert url.startswith("https://")
+    env = cluster.nodes[cluster.web_host()].sh("cat", WEB_ENV, check=True).stdout
+    assert (env_value(env, "COORDINATOR_URL"), env_value(env, "COORDINATOR_CA_FILE")) == (
+        url, CA_FILE)
+    health = requests.get(f"{url}/health", verify=cluster.coordinator.verify, timeout=10)
+    assert health.status_code == 200, health.text
+    other = throwaway.make_certificates(tmp_path / "other", ca_name="another CA")
+    with pytest.raises(requests.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"):
+        requests.get(f"{url}/health", verify=str(other.ca), timeout=10)
+    with pytest.raises(requests.exceptions.ConnectionError,
+                       match="Remote end closed connection without response"):
+        requests.get(url.replace("https://", "http://", 1) + "/workers",
+                     headers=cluster.coordinator.headers, timeout=10)
+
+
 def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_new_secrets(
         cluster) -> None:
     """The documented rotation (docs/operating.md): new vault_worker_db_key and
@@ -141,8 +164,10 @@ def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_
     issued = core.sh("openssl", "x509", "-noout", "-serial", "-in",
                      "/etc/coordinator-cluster/tls/server.crt", check=True).stdout.strip()
     assert issued.startswith("serial=") and issued != old_serial
+    # The Coordinator restarted to serve it (uvicorn reads it at start).
+    coordinator_port = urlsplit(cluster.coordinator.url).port
     assert [server_certificate_serial(node, core.address, port)
-            for port in (5432, 6379)] == [issued, issued]
+            for port in (5432, 6379, coordinator_port)] == [issued, issued, issued]
     assert core.sh("pidof", "redis-server", check=True).stdout.strip() == redis_pid
     env = node.sh("cat", WEB_ENV, check=True).stdout
     dsn = next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
@@ -173,7 +198,8 @@ def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_
     new_token = next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
                      if line.startswith("COORDINATOR_TOKEN="))
     answers = {token: requests.get(f"{cluster.coordinator.url}/workers", timeout=10,
-                                   headers={"Authorization": f"Bearer {token}"})
+                                   headers={"Authorization": f"Bearer {token}"},
+                                   verify=cluster.coordinator.verify)
                for token in (old_token, new_token)}
     assert answers[old_token].status_code == 401, answers[old_token].text
     assert answers[new_token].status_code == 403, answers[new_token].text

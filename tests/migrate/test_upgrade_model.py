@@ -57,7 +57,7 @@ def chat(cluster, **request: str) -> dict:
     """A chat routed through the Coordinator, once done or failed."""
     answer = requests.post(f"{cluster.coordinator.url}/route", headers=cluster.coordinator.headers,
                            json={"prompt": "こんにちは", "task_type": "chat", **request},
-                           timeout=10)
+                           timeout=10, verify=cluster.coordinator.verify)
     answer.raise_for_status()
     return cluster.coordinator.finished(answer.json()["task_id"], time.monotonic() + 60)
 

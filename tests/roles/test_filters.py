@@ -406,6 +406,16 @@ def test_with_the_cluster_ca_the_workers_speak_tls_to_redis_and_verify_it():
     assert "REDIS_CA_FILE" not in plain["envs"]["web-worker"]
 
 
+def test_with_the_cluster_ca_the_workers_verify_the_coordinators_https():
+    ca = cluster.cluster_tls_files("/etc/coordinator-cluster/tls")["ca"]
+    records = worker.worker_records([{"name": "web-worker", "kind": "web"}], **SETTINGS,
+                                    coordinator_ca_file=ca)
+    assert records["envs"]["web-worker"]["COORDINATOR_CA_FILE"] == (
+        "/etc/coordinator-cluster/tls/ca.crt")
+    plain = worker.worker_records([{"name": "web-worker", "kind": "web"}], **SETTINGS)
+    assert "COORDINATOR_CA_FILE" not in plain["envs"]["web-worker"]
+
+
 def status(*records: tuple[str, str, str, list[str]]) -> dict:
     return {"worker_status": [{"kind": kind, "worker_id": wid, "state": state, "queues": queues}
                               for kind, wid, state, queues in records]}

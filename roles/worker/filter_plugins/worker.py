@@ -58,6 +58,7 @@ def worker_records(
     log_dir: str,
     token_key: str | None = None,
     redis: Mapping[str, Any] | None = None,
+    coordinator_ca_file: str = "",
 ) -> dict[str, Any]:
     """{"records": [one per worker], "envs": {name: its environment}}.
 
@@ -73,7 +74,10 @@ def worker_records(
     REDIS_USERNAME and REDIS_PASSWORD are the host's own Redis ACL user (worker_<host>, the
     redis role makes it from the same key); with ``ca_file``, REDIS_CA_FILE names the CA
     certificate of a Redis serving TLS. Each record names the ``queues`` its worker
-    takes from, which the redis role grants to that host's user with its processing list."""
+    takes from, which the redis role grants to that host's user with its processing list.
+
+    With ``coordinator_ca_file``, COORDINATOR_CA_FILE names the CA certificate the
+    Coordinator's HTTPS certificate must come from."""
     redis_env = {"REDIS_USERNAME": (redis or {}).get("user") or "",
                  "REDIS_PASSWORD": (redis or {}).get("password") or ""}
     if redis and redis.get("password_key"):
@@ -102,6 +106,8 @@ def worker_records(
             "WORKER_ID": item.get("worker_id") or default_id,
             "WORKER_HOST": node_address,
         }
+        if coordinator_ca_file:
+            env[contract.COORDINATOR_CA_FILE_ENV] = coordinator_ca_file
         if kind == "inference":
             env["WORKER_DEVICE"] = item.get("device") or default_device
         if token_key:
