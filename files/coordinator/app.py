@@ -509,40 +509,39 @@ def create_app(cfg: Config) -> Front:
             raise RequestError(404, f"unknown worker {worker_id!r}: nothing to deregister")
         return json_response(answer)
 
-    async def act(answer: Any, what: str) -> Response:
+    async def set_drained(worker_id: str, drained: bool, key: str | None) -> Response:
+        answer = await coordinator.workers.drain(worker_id, drained, API_ACTOR, key)
         if answer is None:
-            raise RequestError(404, what)
+            raise RequestError(404, f"unknown worker {worker_id!r}: GET /workers lists the workers")
+        return json_response(answer)
+
+    async def act_on_task(action: Any, task_id: str, key: str | None) -> Response:
+        """``action`` (coordinator.tasks.retry or .cancel) on the task, 404 when there is none."""
+        tid = parse_task_id(task_id)
+        answer = await action(tid, API_ACTOR, key)
+        if answer is None:
+            raise RequestError(404, f"no task {tid}: check the id POST /route returned")
         return json_response(answer)
 
     @documented("post", "/workers/{worker_id}/drain", DrainAnswer,
                 summary="Drain a worker: it finishes what it holds and is sent nothing new")
-    async def drain(worker_id: Annotated[Name, Path()],
-                    key: IdempotencyKey = None) -> Response:
-        return await act(await coordinator.workers.drain(worker_id, True, API_ACTOR, key),
-                         f"unknown worker {worker_id!r}: GET /workers lists the workers")
+    async def drain(worker_id: Annotated[Name, Path()], key: IdempotencyKey = None) -> Response:
+        return await set_drained(worker_id, True, key)
 
     @documented("post", "/workers/{worker_id}/undrain", DrainAnswer,
                 summary="Undrain a worker: it takes tasks again")
-    async def undrain(worker_id: Annotated[Name, Path()],
-                      key: IdempotencyKey = None) -> Response:
-        return await act(await coordinator.workers.drain(worker_id, False, API_ACTOR, key),
-                         f"unknown worker {worker_id!r}: GET /workers lists the workers")
+    async def undrain(worker_id: Annotated[Name, Path()], key: IdempotencyKey = None) -> Response:
+        return await set_drained(worker_id, False, key)
 
     @documented("post", "/task/{task_id}/retry", TaskActionAnswer,
                 summary="Queue a failed task again, as a new attempt")
-    async def retry_task(task_id: TaskId,
-                         key: IdempotencyKey = None) -> Response:
-        tid = parse_task_id(task_id)
-        return await act(await coordinator.tasks.retry(tid, API_ACTOR, key),
-                         f"no task {tid}: check the id POST /route returned")
+    async def retry_task(task_id: TaskId, key: IdempotencyKey = None) -> Response:
+        return await act_on_task(coordinator.tasks.retry, task_id, key)
 
     @documented("post", "/task/{task_id}/cancel", TaskActionAnswer,
                 summary="Cancel a queued task (it fails, saying so)")
-    async def cancel_task(task_id: TaskId,
-                          key: IdempotencyKey = None) -> Response:
-        tid = parse_task_id(task_id)
-        return await act(await coordinator.tasks.cancel(tid, API_ACTOR, key),
-                         f"no task {tid}: check the id POST /route returned")
+    async def cancel_task(task_id: TaskId, key: IdempotencyKey = None) -> Response:
+        return await act_on_task(coordinator.tasks.cancel, task_id, key)
 
     @documented("get", "/tasks", TasksAnswer,
                 summary="The newest tasks, filtered by status, type, worker and age")
