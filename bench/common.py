@@ -33,6 +33,7 @@ for _path in (ROOT, FILES, BENCH):
 import psycopg  # noqa: E402
 import route_bench  # noqa: E402  (its keep-alive HTTP client and helpers)
 import worker_base  # noqa: E402
+from coordinator_contract import WEB_QUEUE  # noqa: E402
 
 from lab.processes import stop_process  # noqa: E402
 from lab.throwaway import ThrowawayPostgres, ThrowawayRedis, free_port  # noqa: E402
@@ -52,7 +53,7 @@ class NoopWorker(worker_base.Worker):
 
     @property
     def queues(self) -> list[str]:
-        return ["tasks:web"]
+        return [WEB_QUEUE]
 
     def execute(self, task: worker_base.Task) -> worker_base.Outcome:
         return worker_base.Outcome("done", result="ok")

@@ -42,6 +42,7 @@ from urllib.parse import urlencode
 import common
 import psycopg
 import redis
+from coordinator_contract import RAG_QUEUE, WEB_QUEUE
 
 from coordinator import queries as q
 from coordinator.config import DEFAULT
@@ -81,7 +82,7 @@ INSERT INTO tasks (id, task_type, prompt, model, status, queue, worker, worker_i
                    dispatched_at, started_at, finished_at, answered_model)
 SELECT gen_random_uuid(), task_type, 'bench prompt ' || n || repeat(' lorem ipsum', 25),
        CASE WHEN task_type IN ('web_search', 'rag') THEN NULL ELSE %(model)s END, status,
-       CASE task_type WHEN 'web_search' THEN 'tasks:web' WHEN 'rag' THEN 'tasks:rag'
+       CASE task_type WHEN 'web_search' THEN %(web_queue)s WHEN 'rag' THEN %(rag_queue)s
             ELSE 'tasks:' || CASE wid WHEN 'gpu-1' THEN 'gpu' ELSE 'cpu' END || ':' || wid END,
        CASE WHEN status = 'queued' THEN 'default' WHEN task_type = 'web_search'
             THEN 'web-worker' ELSE wid END,
@@ -183,7 +184,8 @@ def fill(dsn: str, rows: int, redis_port: int, redis_password: str) -> dict[str,
     with psycopg.connect(dsn, autocommit=True) as conn:
         with conn.transaction():
             conn.execute("SELECT setseed(0.42)")
-            conn.execute(INSERT_TASKS, {"rows": rows, "model": MODEL})
+            conn.execute(INSERT_TASKS, {"rows": rows, "model": MODEL, "web_queue": WEB_QUEUE,
+                                         "rag_queue": RAG_QUEUE})
             conn.execute(INSERT_TIMELINE)
         conn.execute("VACUUM ANALYZE tasks")
         conn.execute("VACUUM ANALYZE task_transitions")

@@ -31,6 +31,7 @@ from pathlib import Path
 import redis
 import requests
 import yaml
+from coordinator_contract import WEB_QUEUE
 
 from lab import lab
 from lab.throwaway import wait_for_port
@@ -279,7 +280,7 @@ class Traffic:
     def _sample(self) -> None:
         while not self.stop.is_set():
             try:
-                depth = int(self.redis.llen("tasks:web"))
+                depth = int(self.redis.llen(WEB_QUEUE))
             except redis.RedisError:
                 depth = -1
             self.samples.append((time.monotonic(), depth))

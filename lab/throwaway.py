@@ -15,7 +15,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -24,10 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from coordinator_contract import WORKER_DB_GROUP
+
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO / "files") not in sys.path:
-    sys.path.append(str(REPO / "files"))
-from coordinator_contract import WORKER_DB_GROUP  # noqa: E402
 
 DB_NAME = "coordinator"
 DB_USER = "coordinator"
