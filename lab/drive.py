@@ -228,8 +228,8 @@ class Coordinator:
                 break
         return task
 
-    def search(self, timeout: float = 120) -> dict:
-        return self.finished(self.route(), time.monotonic() + timeout)
+    def search(self, prompt: str = PROMPT, timeout: float = 120) -> dict:
+        return self.finished(self.route(prompt), time.monotonic() + timeout)
 
     def workers(self) -> dict[str, dict]:
         """GET /workers by worker id."""
