@@ -53,27 +53,18 @@ def test_each_direction_is_joined_in_sequence_order_and_a_retransmission_counts_
     assert streams.total_bytes() == len(b"hello world") + len(b"answer")
 
 
-def test_a_segment_overlapping_another_adds_only_its_new_bytes() -> None:
-    records = [ipv4(A, B, tcp(50000, 8000, 1000, b"hello ")),
-               ipv4(A, B, tcp(50000, 8000, 1003, b"lo world"))]
+@pytest.mark.parametrize(("segments", "joined"), [
+    # sent out of order, and one retransmitted
+    ([(1000, b"hello "), (1011, b"!"), (1006, b"world"), (1006, b"world")], b"hello world!"),
+    # one overlapping the one before: only its new bytes count
+    ([(1000, b"hello "), (1003, b"lo world")], b"hello world"),
+    # the sequence number wraps
+    ([(2**32 - 3, b"abc"), (0, b"def")], b"abcdef"),
+], ids=["out of order", "overlap", "wrap"])
+def test_one_direction_is_reassembled(segments: list[tuple[int, bytes]], joined: bytes) -> None:
+    records = [ipv4(A, B, tcp(50000, 8000, seq, payload)) for seq, payload in segments]
     [stream] = capture.parse_pcap(pcap(records))
-    assert stream.payload == b"hello world"
-
-
-def test_out_of_order_segments_are_reassembled() -> None:
-    records = [ipv4(A, B, tcp(50000, 8000, 1000, b"hello ")),
-               ipv4(A, B, tcp(50000, 8000, 1011, b"!")),
-               ipv4(A, B, tcp(50000, 8000, 1006, b"world")),
-               ipv4(A, B, tcp(50000, 8000, 1006, b"world"))]
-    [stream] = capture.parse_pcap(pcap(records))
-    assert stream.payload == b"hello world!"
-
-
-def test_sequence_numbers_that_wrap_stay_in_order() -> None:
-    records = [ipv4(A, B, tcp(50000, 8000, 2**32 - 3, b"abc")),
-               ipv4(A, B, tcp(50000, 8000, 0, b"def"))]
-    [stream] = capture.parse_pcap(pcap(records))
-    assert stream.payload == b"abcdef"
+    assert stream.payload == joined
 
 
 def test_containing_and_the_port_filters() -> None:
