@@ -67,11 +67,11 @@ def main() -> int:
         "coordinator %s listening on %s, %s (open-file limit %d)", __version__,
         ", ".join(f"{a}:{cfg.port}" if ":" not in a else f"[{a}]:{cfg.port}"
                   for a in cfg.bind_addresses),
-        "HTTPS" if cfg.tls_cert_file else "plain HTTP", raise_open_file_limit())
+        "HTTPS" if cfg.tls_cert else "plain HTTP", raise_open_file_limit())
     server = uvicorn.Server(uvicorn.Config(
         create_app(cfg), loop="uvloop", http="httptools", access_log=False,
         server_header=False, log_config=None, backlog=4096, timeout_keep_alive=30,
-        proxy_headers=False, ssl_certfile=cfg.tls_cert_file, ssl_keyfile=cfg.tls_key_file,
+        proxy_headers=False, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
     ))
     server.run(sockets=sockets)
     return 0
@@ -80,10 +80,10 @@ def main() -> int:
 def check_tls_files(cfg: Config) -> None:
     """Load the HTTPS certificate and key as uvicorn will, so a missing or unreadable file
     or a key of another certificate is one line naming the file, not a traceback."""
-    if cfg.tls_cert_file is None or cfg.tls_key_file is None:
+    if cfg.tls_cert is None or cfg.tls_key is None:
         return
-    for name, path in (("COORDINATOR_TLS_CERT", cfg.tls_cert_file),
-                       ("COORDINATOR_TLS_KEY", cfg.tls_key_file)):
+    for name, path in (("COORDINATOR_TLS_CERT", cfg.tls_cert),
+                       ("COORDINATOR_TLS_KEY", cfg.tls_key)):
         try:
             with open(path, "rb"):
                 pass
@@ -93,10 +93,10 @@ def check_tls_files(cfg: Config) -> None:
                           "that the service's user is in the group ssl-cert") from None
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-            cfg.tls_cert_file, cfg.tls_key_file)
+            cfg.tls_cert, cfg.tls_key)
     except ssl.SSLError as exc:
-        raise StartupError(f"COORDINATOR_TLS_CERT {cfg.tls_cert_file} and COORDINATOR_TLS_KEY "
-                           f"{cfg.tls_key_file} do not load together ({exc.reason or exc}): "
+        raise StartupError(f"COORDINATOR_TLS_CERT {cfg.tls_cert} and COORDINATOR_TLS_KEY "
+                           f"{cfg.tls_key} do not load together ({exc.reason or exc}): "
                            "they must be one certificate and its own key") from None
 
 

@@ -38,8 +38,8 @@ class Config:
     port: int = 8000
     # The certificate (with its chain) and key the API serves HTTPS with (the cluster CA's,
     # docs/tls.md); None: plain HTTP.
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     token: str | None = None
     # A read-only token accepted for GET /metrics only (a Prometheus scrape), and whether
     # /metrics is open to anyone instead (it is, too, when the Coordinator has no token).
@@ -215,10 +215,10 @@ def load_config(env: Mapping[str, str]) -> Config:
             f"COORDINATOR_LOG_LEVEL={env.get('COORDINATOR_LOG_LEVEL')!r} is not a log level: "
             "use debug, info, warning, error or critical"
         )
-    tls_cert_file = (env.get("COORDINATOR_TLS_CERT") or "").strip() or None
-    tls_key_file = (env.get("COORDINATOR_TLS_KEY") or "").strip() or None
-    if (tls_cert_file is None) != (tls_key_file is None):
-        given, missing = (("COORDINATOR_TLS_CERT", "COORDINATOR_TLS_KEY") if tls_cert_file
+    tls_cert = (env.get("COORDINATOR_TLS_CERT") or "").strip() or None
+    tls_key = (env.get("COORDINATOR_TLS_KEY") or "").strip() or None
+    if (tls_cert is None) != (tls_key is None):
+        given, missing = (("COORDINATOR_TLS_CERT", "COORDINATOR_TLS_KEY") if tls_cert
                           else ("COORDINATOR_TLS_KEY", "COORDINATOR_TLS_CERT"))
         raise ConfigError(f"{given} is set without {missing}: HTTPS needs both the "
                           "certificate and its key; set both, or neither for plain HTTP")
@@ -234,8 +234,8 @@ def load_config(env: Mapping[str, str]) -> Config:
         redis_ca_file=(env.get(REDIS_CA_FILE_ENV) or "").strip() or None,
         bind=bind,
         port=_port(env, "COORDINATOR_PORT", d.port),
-        tls_cert_file=tls_cert_file,
-        tls_key_file=tls_key_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
         token=token,
         metrics_token=metrics_token,
         metrics_open=metrics_open == "true",

@@ -42,12 +42,12 @@ class ServerThread:
         self.cfg = cfg
         self.app = create_app(cfg)
         self.coordinator = self.app.coordinator
-        scheme = "https" if cfg.tls_cert_file else "http"
+        scheme = "https" if cfg.tls_cert else "http"
         self.url = f"{scheme}://127.0.0.1:{cfg.port}"
         self.server = uvicorn.Server(uvicorn.Config(
             self.app, host="127.0.0.1", port=cfg.port, loop="uvloop", http="httptools",
             log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5,
-            proxy_headers=False, ssl_certfile=cfg.tls_cert_file, ssl_keyfile=cfg.tls_key_file,
+            proxy_headers=False, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
         ))
         self.thread = threading.Thread(target=self.server.run, daemon=True,
                                        name=f"coordinator-{cfg.port}")
