@@ -14,10 +14,11 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import overload
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_LINUX_SLL = 113
@@ -42,15 +43,27 @@ class Stream:
         return f"{self.src}:{self.src_port} -> {self.dst}:{self.dst_port}"
 
 
-class Streams:
+class Streams(Sequence[Stream]):
     def __init__(self, streams: list[Stream]) -> None:
         self._streams = streams
+
+    @overload
+    def __getitem__(self, index: int) -> Stream: ...
+    @overload
+    def __getitem__(self, index: slice) -> Streams: ...
+    def __getitem__(self, index: int | slice) -> Stream | Streams:
+        if isinstance(index, slice):
+            return Streams(self._streams[index])
+        return self._streams[index]
 
     def __iter__(self) -> Iterator[Stream]:
         return iter(self._streams)
 
     def __len__(self) -> int:
         return len(self._streams)
+
+    def __repr__(self) -> str:
+        return f"Streams([{', '.join(map(str, self._streams))}])"
 
     def containing(self, needle: bytes | str) -> list[Stream]:
         wanted = needle.encode() if isinstance(needle, str) else needle
@@ -90,8 +103,10 @@ def _tcp_segment(ethertype: int, packet: bytes) -> tuple[str, str, bytes] | None
         total = struct.unpack_from("!H", packet, 2)[0]
         if packet[9] != PROTO_TCP:
             return None
+        # A segmentation-offloaded packet can be captured with a total length of 0.
+        end = total if total >= header else len(packet)
         return (".".join(map(str, packet[12:16])), ".".join(map(str, packet[16:20])),
-                packet[header:total])
+                packet[header:end])
     if ethertype == ETHERTYPE_IPV6 and len(packet) >= 40:
         if packet[6] != PROTO_TCP:  # extension headers: not on the lab's TCP traffic
             return None
@@ -173,27 +188,36 @@ class Capture:
         self.streams = Streams([])
         self._dir = tempfile.TemporaryDirectory(prefix="lab-capture-")
         self._file = Path(self._dir.name) / "capture.pcap"
+        # stderr to a file, not a pipe: polled for the start with a real timeout, and never
+        # a full pipe that blocks tcpdump.
+        self._stderr = Path(self._dir.name) / "tcpdump.stderr"
         self._process: subprocess.Popen[bytes] | None = None
+
+    def _said(self) -> str:
+        return self._stderr.read_text(errors="replace").strip() if self._stderr.exists() else ""
 
     def __enter__(self) -> Capture:
         expression = ["tcp", *[part for port in self.exclude_ports
                                for part in ("and", "not", "port", str(port))]]
-        self._process = subprocess.Popen(
-            # --immediate-mode: each packet as it comes, not in blocks a timeout releases
-            # (which SIGINT may cut short); -U: written to the file as it comes.
-            ["tcpdump", "-i", self.interface, "--immediate-mode", "-U", "-s", "0", "-Z", "root",
-             "-w", str(self._file), *expression],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with self._stderr.open("wb") as stderr:
+            self._process = subprocess.Popen(
+                # --immediate-mode: each packet as it comes, not in blocks a timeout releases
+                # (which SIGINT may cut short); -U: written to the file as it comes.
+                ["tcpdump", "-i", self.interface, "--immediate-mode", "-U", "-s", "0",
+                 "-Z", "root", "-w", str(self._file), *expression],
+                stdout=subprocess.DEVNULL, stderr=stderr)
         # tcpdump says "listening on <interface>" once it captures.
-        assert self._process.stderr is not None
-        started, deadline = b"", time.monotonic() + 10
-        while b"listening on" not in started:
-            line = self._process.stderr.readline()
-            if not line or time.monotonic() > deadline:
+        deadline = time.monotonic() + 10
+        while "listening on" not in self._said():
+            exited = self._process.poll() is not None
+            if exited or time.monotonic() > deadline:
                 self._process.kill()
-                raise RuntimeError(f"tcpdump did not start on {self.interface}: "
-                                   f"{(started + line).decode(errors='replace').strip()}")
-            started += line
+                self._process.wait()
+                why = "exited" if exited else "was not listening after 10 s"
+                said = self._said()
+                self._dir.cleanup()
+                raise RuntimeError(f"tcpdump on {self.interface} {why}: {said!r}")
+            time.sleep(0.05)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -206,6 +230,11 @@ class Capture:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-        if self._file.exists():
-            self.streams = parse_pcap(self._file.read_bytes())
-        self._dir.cleanup()
+        try:
+            if self._file.exists():
+                self.streams = parse_pcap(self._file.read_bytes())
+            elif error is None:  # else an empty capture would pass for one without secrets
+                raise RuntimeError(f"tcpdump on {self.interface} wrote no capture: "
+                                   f"{self._said()!r}")
+        finally:
+            self._dir.cleanup()
