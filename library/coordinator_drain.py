@@ -44,6 +44,8 @@ options:
   timeout:
     description:
       - Seconds to wait for a drain (O(wait)), and seconds each HTTP request may take.
+      - A Coordinator that restarts during the wait (it refuses the connection or answers
+        503) is asked again every second within it.
     type: int
     default: 60
   allow_absent:
@@ -142,13 +144,16 @@ def argument_spec() -> dict[str, Any]:
     }
 
 
-def request(params: dict[str, Any], method: str, path: str) -> Any:
+def request(params: dict[str, Any], method: str, path: str,
+            restart_deadline: float | None = None) -> Any:
     # timeout bounds the wait; each request gets at most 30 s of it.
-    return call(params, method, path, DrainError, timeout=min(params["timeout"], 30))
+    return call(params, method, path, DrainError, timeout=min(params["timeout"], 30),
+                restart_deadline=restart_deadline)
 
 
-def read(params: dict[str, Any]) -> dict[str, Any] | None:
-    return find_worker(request(params, "GET", "/workers"), params["worker_id"])
+def read(params: dict[str, Any], restart_deadline: float | None = None) -> dict[str, Any] | None:
+    return find_worker(request(params, "GET", "/workers", restart_deadline),
+                       params["worker_id"])
 
 
 def run(params: dict[str, Any], check_mode: bool) -> tuple[str | None, dict[str, Any]]:
@@ -177,7 +182,8 @@ def run(params: dict[str, Any], check_mode: bool) -> tuple[str | None, dict[str,
                     "waited": round(time.monotonic() - started, 1), "diff": diff,
                     "timed_out": True}
             time.sleep(READ_INTERVAL)
-            worker = read(params) or worker
+            # A Coordinator restarting while the worker drains is read again within timeout.
+            worker = read(params, started + params["timeout"]) or worker
     return None, {"state": worker.get("state"), "worker": worker, "changed": changed,
                   "waited": round(time.monotonic() - started, 1), "diff": diff,
                   "timed_out": False,

@@ -327,6 +327,7 @@ from ansible.module_utils.coordinator_probe import (
     describe_url_problem,
     first_line,
     is_final,
+    is_restarting,
     judge_final,
     parse_route_answer,
     result_fields,
@@ -442,14 +443,12 @@ class Probe:
             except HTTPError as exc:
                 failure = ProbeError(describe_http_error(
                     url, exc.code, exc.read(), bool(params["coordinator_token"])))
-                # 503: the Coordinator could not store the task (PostgreSQL restarting).
-                retry = exc.code == 503
+                retry = is_restarting(exc.code)
             except (URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
                 failure = ProbeError(describe_unreachable(url, str(reason),
                                                           params["ca_path"] or None))
-                # Refused: nothing listens (the Coordinator restarting); no task was made.
-                retry = isinstance(reason, ConnectionRefusedError)
+                retry = is_restarting(None, reason)
             if not retry or time.monotonic() + ROUTE_RETRY_DELAY > deadline:
                 raise failure
             time.sleep(ROUTE_RETRY_DELAY)

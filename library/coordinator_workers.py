@@ -74,6 +74,8 @@ options:
     description:
       - Wait up to the registry's heartbeat TTL (plus 2 s) for the registry to become as
         O(require) wants it, reading it every second, before failing.
+      - Each read also waits up to O(timeout) seconds for a Coordinator that is restarting
+        (it refuses the connection or answers 503), asking every second.
     type: bool
     default: false
   timeout:
@@ -204,7 +206,11 @@ def argument_spec() -> dict[str, Any]:
 
 
 def read_registry(params: dict[str, Any]) -> tuple[list[Seen], float]:
-    return parse_registry(call(params, "GET", "/workers", RegistryError), params["kind"])
+    # A wait outlasts a Coordinator restart (an operator's, or systemd's after a crash).
+    restart_deadline = (time.monotonic() + params["timeout"]
+                        if params["wait_for_heartbeats"] else None)
+    return parse_registry(call(params, "GET", "/workers", RegistryError,
+                               restart_deadline=restart_deadline), params["kind"])
 
 
 def run(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:

@@ -10,6 +10,7 @@ needed on the host that runs them.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 from urllib.error import HTTPError, URLError
@@ -18,6 +19,7 @@ from ansible.module_utils.coordinator_probe import (
     describe_http_error,
     describe_unreachable,
     describe_url_problem,
+    is_restarting,
 )
 from ansible.module_utils.urls import open_url
 
@@ -39,12 +41,34 @@ def api_argument_spec() -> dict[str, Any]:
 
 
 def call(params: dict[str, Any], method: str, path: str, error: type[Exception],
-         timeout: int | None = None) -> Any:
+         timeout: int | None = None, restart_deadline: float | None = None) -> Any:
     """The JSON answer of ``method path``; raises ``error`` with a line a user can act on.
 
     ``params`` holds the modules' common options: coordinator_url, coordinator_token,
     validate_certs, ca_path and timeout. A POST carries a fresh Idempotency-Key, so a request
-    retried after a lost answer has one effect."""
+    retried after a lost answer has one effect. Until ``restart_deadline`` (a
+    ``time.monotonic()`` value), a Coordinator that is restarting is asked again every
+    READ_INTERVAL seconds."""
+    while True:
+        try:
+            return _call_once(params, method, path, error, timeout)
+        except _Restarting as exc:
+            if restart_deadline is None or time.monotonic() + READ_INTERVAL > restart_deadline:
+                raise exc.failure from exc
+            time.sleep(READ_INTERVAL)
+
+
+class _Restarting(Exception):
+    """A request the Coordinator did not take because it is restarting; carries the error a
+    user sees if it does not come back in time."""
+
+    def __init__(self, failure: Exception) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+def _call_once(params: dict[str, Any], method: str, path: str, error: type[Exception],
+               timeout: int | None) -> Any:
     url = params["coordinator_url"].rstrip("/")
     ca_path = params["ca_path"] or None
     problem = describe_url_problem(url, ca_path)
@@ -61,12 +85,18 @@ def call(params: dict[str, Any], method: str, path: str, error: type[Exception],
                           validate_certs=params["validate_certs"], ca_path=ca_path)
         return json.loads(answer.read())
     except HTTPError as exc:
-        raise error(describe_http_error(url, exc.code, exc.read(),
-                                        bool(params["coordinator_token"]),
-                                        request=f"{method} {path}")) from exc
+        failure = error(describe_http_error(url, exc.code, exc.read(),
+                                            bool(params["coordinator_token"]),
+                                            request=f"{method} {path}"))
+        if is_restarting(exc.code):
+            raise _Restarting(failure) from exc
+        raise failure from exc
     except (URLError, OSError) as exc:
-        raise error(describe_unreachable(url, str(getattr(exc, "reason", exc)), ca_path)
-                    ) from exc
+        reason = getattr(exc, "reason", exc)
+        failure = error(describe_unreachable(url, str(reason), ca_path))
+        if is_restarting(None, reason):
+            raise _Restarting(failure) from exc
+        raise failure from exc
     except ValueError as exc:
         raise error(f"Coordinator at {url} did not answer {method} {path} with JSON: "
                     "check coordinator_url") from exc

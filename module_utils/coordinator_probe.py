@@ -284,6 +284,13 @@ def _error_from_body(body: bytes) -> str:
     return first_line(text)[:200] if text.strip() else "(empty answer)"
 
 
+def is_restarting(status: int | None, reason: object = None) -> bool:
+    """Whether an HTTP status or a connection failure's reason is a Coordinator restarting:
+    nothing listens on its port (refused), or it could not store a task (503, PostgreSQL
+    restarting). Asking again a moment later is safe: such a request had no effect."""
+    return status == 503 or isinstance(reason, ConnectionRefusedError)
+
+
 def describe_unreachable(coordinator_url: str, reason: str, ca_path: str | None = None) -> str:
     fix = coordinator_tls_problem(coordinator_url, reason, ca_path, "ca_path")
     return (

@@ -4,6 +4,7 @@ logic (module_utils/coordinator_drain.py)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import requests
@@ -14,8 +15,15 @@ from ansible.module_utils.coordinator_drain import (
     settled,
 )
 
+from lab.throwaway import free_port
+
 from ..library_kit import documented_as_coded
-from .coordinator_task_harness import Registration, finish_probe, start_probe
+from .coordinator_task_harness import (
+    Registration,
+    finish_probe,
+    start_coordinator,
+    start_probe,
+)
 from .test_coordinator_workers import SLOW
 
 
@@ -53,6 +61,29 @@ def test_a_drain_waits_until_the_worker_holds_nothing(tmp_path, coordinator, reg
     assert done.result["msg"] == f"{worker.worker_id} on {SLOW} (drained, 0 in flight): " \
                                  "drained already"
     assert isinstance(done.result["waited"], float)
+
+
+def test_a_coordinator_restart_while_draining_is_waited_out(tmp_path, tasks_db, probe_redis):
+    port, token = free_port(), "drain-restart-token"
+    first = start_coordinator(tasks_db, probe_redis, tmp_path, port=port, token=token)
+    worker = Registration(first, SLOW, 814).register()
+    try:
+        beat(worker, in_flight=1)
+        proc = start_probe(tmp_path, {"coordinator_url": first.url, "coordinator_token": token,
+                                      "worker_id": worker.worker_id, "timeout": 60},
+                           module="coordinator_drain")
+        time.sleep(3)
+        first.stop()
+        time.sleep(2)
+        assert proc.poll() is None, "the module gave up while the Coordinator was down"
+        with start_coordinator(tasks_db, probe_redis, tmp_path, port=port, token=token):
+            beat(worker, in_flight=0, drained=True)
+            run = finish_probe(proc)
+            worker.deregister()
+    finally:
+        first.stop()
+    assert run.rc == 0, run.stdout
+    assert (run.result["changed"], run.result["state"]) == (True, "drained")
 
 
 def test_undrain_check_mode_and_idempotence(tmp_path, coordinator, registrations):

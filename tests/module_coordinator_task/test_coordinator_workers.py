@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lab import throwaway
 from lab.processes import CoordinatorProcess
+from lab.throwaway import free_port
 
 from ..library_kit import documented_as_coded
 from .coordinator_task_harness import Registration, finish_probe, start_coordinator, start_probe
@@ -87,6 +88,30 @@ def test_wrong_token_and_no_coordinator_are_one_line(tmp_path, coordinator):
                                  "GET /workers): check coordinator_token")
     run = witness(tmp_path, coordinator, coordinator_url="http://127.0.0.1:9")
     assert run.result["msg"].startswith("Coordinator unreachable at http://127.0.0.1:9 (")
+    assert run.result["msg"].endswith("): check coordinator_url")
+
+
+def test_while_waiting_a_coordinator_that_restarts_is_asked_again(tmp_path, tasks_db,
+                                                                   probe_redis):
+    # Nothing listens on the port for the first seconds (the Coordinator restarting): a
+    # module that waits for heartbeats asks again every second, within its timeout.
+    port, token = free_port(), "restart-token"
+    args = {"coordinator_url": f"http://127.0.0.1:{port}", "coordinator_token": token,
+            "kind": "web", "hosts": HOSTS, "expected": [], "require": "exactly",
+            "wait_for_heartbeats": True, "timeout": 60}
+    proc = start_probe(tmp_path, args, module="coordinator_workers")
+    time.sleep(3)
+    assert proc.poll() is None, "the module gave up while the Coordinator was down"
+    with start_coordinator(tasks_db, probe_redis, tmp_path, port=port, token=token):
+        run = finish_probe(proc)
+    assert run.rc == 0, run.stdout
+    assert run.result["serving"] == "the Coordinator's registry lists no alive web worker"
+    # One that does not come back within the timeout is the usual one line.
+    started = time.monotonic()
+    run = finish_probe(start_probe(tmp_path, {**args, "timeout": 2},
+                                   module="coordinator_workers"))
+    assert time.monotonic() - started >= 2
+    assert run.result["msg"].startswith(f"Coordinator unreachable at http://127.0.0.1:{port} (")
     assert run.result["msg"].endswith("): check coordinator_url")
 
 
