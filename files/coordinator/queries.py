@@ -3,11 +3,13 @@
 Every statement the tasks, workers, stats and audit parts run is here, with a row type where its
 columns are read (psycopg's ``class_row``), so no caller reads a row by position. The
 guarded transitions of the task state machine are in ``statemachine`` (the Coordinator's)
-and ``coordinator_contract`` (the workers'); the Reaper keeps its own queries.
+and ``coordinator_contract`` (the workers'). The Reaper's snapshots are read into its own
+row types (``reaper.TaskView``, ``reaper.InstanceView``), the types its pure decisions take.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -218,6 +220,143 @@ WORKER_QUEUES = f"SELECT DISTINCT unnest(queues) FROM workers WHERE {WORKER_ALIV
 WORKERS_BY_KIND = (f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
                    f" count(*) FILTER (WHERE {WORKER_ALIVE} AND drain_requested_at IS NOT NULL),"
                    " count(*) FILTER (WHERE duplicate) FROM workers GROUP BY kind")
+
+
+# -- the Reaper --------------------------------------------------------------------------------
+
+#: ``pg_try_advisory_xact_lock`` key: a Reaper pass acts only where it holds it.
+REAPER_LOCK_KEY = 0x7265617065  # "reape"
+REAPER_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s) AS held"
+
+
+@dataclass(frozen=True)
+class Lock:
+    held: bool
+
+
+@dataclass(frozen=True)
+class LivenessRow:
+    """A worker as a Reaper pass sees it (turned into a reaper.WorkerView)."""
+
+    worker_id: str
+    host: str
+    kind: str
+    pid: int | None
+    device: str | None
+    queues: list[str]
+    models: list[str] | None
+    alive: bool
+    silent_for: float  # seconds since the last heartbeat
+    draining: bool
+
+
+LIVENESS = (
+    "SELECT worker_id, host, kind, pid, device, queues, models,"
+    f" {WORKER_ALIVE} AS alive,"
+    " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8 AS silent_for,"
+    " drain_requested_at IS NOT NULL AS draining FROM workers"
+)
+
+
+@dataclass(frozen=True)
+class Dead:
+    """A worker a pass found silent past the TTL and marked dead."""
+
+    worker_id: str
+    host: str
+    pid: int | None
+    kind: str
+    silent_for: float
+
+
+#: A worker that said goodbye stopped; it did not die.
+MARK_DEAD = (
+    "UPDATE workers SET dead = true WHERE NOT dead AND stopped_at IS NULL"
+    " AND last_heartbeat < clock_timestamp() - make_interval(secs => %(ttl)s)"
+    " RETURNING worker_id, host, pid, kind,"
+    " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8 AS silent_for"
+)
+#: Per queue of ``queues``: its unfinished tasks, (queue, count) pairs.
+LOAD_BY_QUEUE = ("SELECT queue, count(*) FROM tasks WHERE status IN ('queued', 'running')"
+                 " AND queue = ANY(%(queues)s) GROUP BY queue")
+#: The columns of reaper.TaskView.
+_REAPER_TASK_COLUMNS = (
+    "id, task_type, status, queue, worker, worker_id, worker_host, claim, model, attempts,"
+    " max_attempts, requested_worker,"
+    " extract(epoch FROM clock_timestamp() - started_at)::float8 AS running_for"
+)
+#: Inference tasks waiting for any alive worker (queue null), oldest first.
+WAITING_INFERENCE = (
+    f"SELECT {_REAPER_TASK_COLUMNS} FROM tasks WHERE status = 'queued' AND queue IS NULL"
+    " AND task_type = ANY(%(types)s) ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+)
+#: Inference tasks to look at again: running on a dead worker or past the task timeout, or
+#: queued where no alive worker takes them (or not on the worker they asked for).
+INFERENCE_TO_REVIEW = (
+    f"SELECT {_REAPER_TASK_COLUMNS} FROM tasks"
+    " WHERE status IN ('queued', 'running') AND task_type = ANY(%(types)s) AND ("
+    "  (status = 'running' AND (worker_id IS NULL OR worker_id <> ALL(%(alive)s)"
+    "   OR started_at < clock_timestamp() - make_interval(secs => %(timeout)s)))"
+    "  OR (status = 'queued' AND (queue IS NULL OR queue <> ALL(%(queues)s)"
+    "   OR (requested_worker IS NOT NULL AND worker <> requested_worker))))"
+    " ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+)
+#: Shared-queue tasks (web, RAG) running on a worker that is not alive.
+SHARED_ON_DEAD = (
+    f"SELECT {_REAPER_TASK_COLUMNS} FROM tasks"
+    " WHERE status = 'running' AND task_type = ANY(%(types)s)"
+    " AND (worker_id IS NULL OR worker_id <> ALL(%(alive)s))"
+    " ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+)
+#: The instances heard from within the TTL (reaper.InstanceView rows), and the time now.
+LIVE_INSTANCES = (
+    "SELECT worker_id, instance_id, host, pid, started_at, last_heartbeat"
+    " FROM worker_instances"
+    " WHERE last_heartbeat > clock_timestamp() - make_interval(secs => %(ttl)s)"
+)
+
+
+@dataclass(frozen=True)
+class Now:
+    now: datetime
+
+
+NOW = "SELECT clock_timestamp() AS now"
+#: Flags exactly the worker ids in ``ids`` as duplicated; a row already right is not written.
+FLAG_DUPLICATES = (
+    "UPDATE workers SET duplicate = (worker_id = ANY(%(ids)s))"
+    " WHERE duplicate IS DISTINCT FROM (worker_id = ANY(%(ids)s))"
+)
+# Queued tasks not pushed for longer than the grace (``dispatched_at``): (queue, count) pairs
+# first, then the ids of the queues whose Redis list looked short.
+QUEUED_PAST_GRACE = (
+    "SELECT queue, count(*) FROM tasks WHERE status = 'queued' AND queue IS NOT NULL"
+    " AND (dispatched_at IS NULL"
+    "      OR dispatched_at < clock_timestamp() - make_interval(secs => %(grace)s))"
+    " GROUP BY queue"
+)
+
+
+@dataclass(frozen=True)
+class Queued:
+    id: uuid.UUID
+    queue: str
+
+
+QUEUED_IDS_PAST_GRACE = (
+    "SELECT id, queue FROM tasks WHERE status = 'queued' AND queue = ANY(%(queues)s)"
+    " AND (dispatched_at IS NULL"
+    "      OR dispatched_at < clock_timestamp() - make_interval(secs => %(grace)s))"
+    " ORDER BY created_at LIMIT %(limit)s"
+)
+#: Instances silent for longer than ``seconds`` are forgotten.
+FORGET_INSTANCES = ("DELETE FROM worker_instances WHERE last_heartbeat < clock_timestamp()"
+                    " - make_interval(secs => %(seconds)s)")
+#: The timeline is kept COORDINATOR_TIMELINE_RETENTION_DAYS (the tasks for ever), at most
+#: ``limit`` rows a pass.
+EXPIRE_TIMELINE = ("DELETE FROM task_transitions WHERE id IN (SELECT id FROM task_transitions"
+                   " WHERE at < clock_timestamp() - make_interval(secs => %(seconds)s)"
+                   " LIMIT %(limit)s)")
 
 
 # -- operator actions (audit.perform) ----------------------------------------------------------

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 import psycopg
 from coordinator_contract import DEFAULT_WORKER, INFERENCE_TYPES, SHARED_TYPES, processing_list
-from psycopg.rows import dict_row
+from psycopg.rows import class_row
 
+from . import queries as q
 from . import statemachine as sm
 from .audit import set_transition
 from .background import Background
 from .routing import Candidate, choose_worker, inference_queue_of
-from .schema import WORKER_ALIVE
 
 if TYPE_CHECKING:
     import psycopg_pool
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator.reaper")
 
-#: ``pg_try_advisory_xact_lock`` key: the Reaper acts only where it holds it.
-REAPER_LOCK_KEY = 0x7265617065  # "reape"
 BATCH = 5000
 
 
@@ -307,42 +305,32 @@ class PassReport:
     pushes: dict[str, list[str]] = field(default_factory=dict)
 
 
-_TASK_COLUMNS = (
-    "id, task_type, status, queue, worker, worker_id, worker_host, claim, model, attempts,"
-    " max_attempts, requested_worker,"
-    " extract(epoch FROM clock_timestamp() - started_at)::float8 AS running_for"
-)
-
-
-def _task(row: Mapping) -> TaskView:
-    return TaskView(**row)
+async def fetch_tasks(conn: psycopg.AsyncConnection, sql: str,
+                      params: Mapping[str, object]) -> list[TaskView]:
+    cur = conn.cursor(row_factory=class_row(TaskView))
+    await cur.execute(sql, params)
+    return await cur.fetchall()
 
 
 async def load_workers(conn: psycopg.AsyncConnection, ttl: float) -> dict[str, WorkerView]:
-    cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(
-        "SELECT worker_id, host, kind, pid, device, queues, models,"
-        f" {WORKER_ALIVE} AS alive,"
-        " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8 AS silent_for,"
-        " drain_requested_at IS NOT NULL AS draining FROM workers", {"ttl": ttl})
+    cur = conn.cursor(row_factory=class_row(q.LivenessRow))
+    await cur.execute(q.LIVENESS, {"ttl": ttl})
     workers = {}
     for row in await cur.fetchall():
-        queue = (inference_queue_of(row["worker_id"], row["device"], row["queues"])
-                 if row["kind"] == "inference" else None)
-        workers[row["worker_id"]] = WorkerView(
-            worker_id=row["worker_id"], host=row["host"], kind=row["kind"],
-            alive=row["alive"], silent_for=row["silent_for"], pid=row["pid"], queue=queue,
-            models=tuple(row["models"] or ()), draining=row["draining"])
+        queue = (inference_queue_of(row.worker_id, row.device, row.queues)
+                 if row.kind == "inference" else None)
+        workers[row.worker_id] = WorkerView(
+            worker_id=row.worker_id, host=row.host, kind=row.kind, alive=row.alive,
+            silent_for=row.silent_for, pid=row.pid, queue=queue,
+            models=tuple(row.models or ()), draining=row.draining)
     return workers
 
 
 async def load_by_queue(conn: psycopg.AsyncConnection, queues: list[str]) -> dict[str, int]:
     if not queues:
         return {}
-    cur = await conn.execute(
-        "SELECT queue, count(*) FROM tasks WHERE status IN ('queued', 'running')"
-        " AND queue = ANY(%s) GROUP BY queue", (queues,))
-    return {q: n for q, n in await cur.fetchall()}
+    cur = await conn.execute(q.LOAD_BY_QUEUE, {"queues": queues})
+    return dict(await cur.fetchall())
 
 
 async def apply_actions(conn: psycopg.AsyncConnection, actions: Iterable[Action]
@@ -376,12 +364,8 @@ async def dispatch_waiting(conn: psycopg.AsyncConnection, ttl: float, limit: int
     workers = await load_workers(conn, ttl)
     if not any(w.takes and w.kind == "inference" for w in workers.values()):
         return []
-    cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(
-        f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued' AND queue IS NULL"
-        " AND task_type = ANY(%s) ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED",
-        (list(INFERENCE_TYPES), limit))
-    tasks = [_task(r) for r in await cur.fetchall()]
+    tasks = await fetch_tasks(conn, q.WAITING_INFERENCE,
+                              {"types": list(INFERENCE_TYPES), "limit": limit})
     if not tasks:
         return []
     queues = [w.queue for w in workers.values() if w.takes and w.queue]
@@ -457,9 +441,10 @@ class Reaper(Background):
         cfg = self.cfg
         report = PassReport()
         async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)",
-                                     (REAPER_LOCK_KEY,))
-            if not (await cur.fetchone())[0]:
+            cur = conn.cursor(row_factory=class_row(q.Lock))
+            await cur.execute(q.REAPER_LOCK, {"key": q.REAPER_LOCK_KEY})
+            lock = await cur.fetchone()
+            if lock is None or not lock.held:
                 return report
             report.acted = True
             await self._workers(conn, report)
@@ -468,14 +453,10 @@ class Reaper(Background):
             handled = await self._inference(conn, workers, report)
             await self._shared(conn, workers, report)
             await self._orphans(conn, workers, handled, report)
-            await conn.execute(
-                "DELETE FROM worker_instances WHERE last_heartbeat < clock_timestamp()"
-                " - make_interval(secs => %s)", (max(86400.0, 100 * cfg.heartbeat_ttl),))
-            # The timeline is kept COORDINATOR_TIMELINE_RETENTION_DAYS; the tasks for ever.
-            await conn.execute(
-                "DELETE FROM task_transitions WHERE id IN (SELECT id FROM task_transitions"
-                " WHERE at < clock_timestamp() - make_interval(secs => %s) LIMIT %s)",
-                (cfg.timeline_retention_days * 86400, 4 * BATCH))
+            await conn.execute(q.FORGET_INSTANCES,
+                               {"seconds": max(86400.0, 100 * cfg.heartbeat_ttl)})
+            await conn.execute(q.EXPIRE_TIMELINE, {
+                "seconds": cfg.timeline_retention_days * 86400, "limit": 4 * BATCH})
         report.pushes = pushes_of(report.requeued)
         for queue, ids in report.repushed.items():
             report.pushes.setdefault(queue, []).extend(str(i) for i in ids)
@@ -489,33 +470,25 @@ class Reaper(Background):
         return report
 
     async def _workers(self, conn: psycopg.AsyncConnection, report: PassReport) -> None:
-        cur = await conn.execute(
-            # A worker that said goodbye stopped; it did not die.
-            "UPDATE workers SET dead = true WHERE NOT dead AND stopped_at IS NULL"
-            " AND last_heartbeat < clock_timestamp() - make_interval(secs => %s)"
-            " RETURNING worker_id, host, pid, kind,"
-            " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8",
-            (self.cfg.heartbeat_ttl,))
-        for worker_id, host, pid, kind, silent in await cur.fetchall():
-            report.dead_workers.append(worker_id)
+        cur = conn.cursor(row_factory=class_row(q.Dead))
+        await cur.execute(q.MARK_DEAD, {"ttl": self.cfg.heartbeat_ttl})
+        for dead in await cur.fetchall():
+            report.dead_workers.append(dead.worker_id)
             log.warning("%s worker '%s' on host '%s' (pid %s) is dead: no heartbeat for %.1f s "
-                        "(TTL %g s)", kind, worker_id, host, pid, silent,
-                        self.cfg.heartbeat_ttl)
+                        "(TTL %g s)", dead.kind, dead.worker_id, dead.host, dead.pid,
+                        dead.silent_for, self.cfg.heartbeat_ttl)
 
     async def _duplicates(self, conn: psycopg.AsyncConnection, report: PassReport) -> None:
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(
-            "SELECT worker_id, instance_id, host, pid, started_at, last_heartbeat"
-            " FROM worker_instances"
-            " WHERE last_heartbeat > clock_timestamp() - make_interval(secs => %s)",
-            (self.cfg.heartbeat_ttl,))
-        instances = [InstanceView(**r) for r in await cur.fetchall()]
-        now = (await (await conn.execute("SELECT clock_timestamp()")).fetchone())[0]
-        report.duplicates = find_duplicates(instances, now, self.cfg.heartbeat_ttl)
+        cur = conn.cursor(row_factory=class_row(InstanceView))
+        await cur.execute(q.LIVE_INSTANCES, {"ttl": self.cfg.heartbeat_ttl})
+        instances = await cur.fetchall()
+        clock = conn.cursor(row_factory=class_row(q.Now))
+        await clock.execute(q.NOW)
+        now = await clock.fetchone()
+        assert now is not None  # SELECT clock_timestamp() answers one row
+        report.duplicates = find_duplicates(instances, now.now, self.cfg.heartbeat_ttl)
         flagged = sorted(report.duplicates)
-        await conn.execute(
-            "UPDATE workers SET duplicate = (worker_id = ANY(%(ids)s))"
-            " WHERE duplicate IS DISTINCT FROM (worker_id = ANY(%(ids)s))", {"ids": flagged})
+        await conn.execute(q.FLAG_DUPLICATES, {"ids": flagged})
         for worker_id in flagged:
             if worker_id not in self._flagged:
                 self.metrics.duplicates_detected.inc()
@@ -530,18 +503,9 @@ class Reaper(Background):
         alive_ids = [w.worker_id for w in workers.values() if w.alive]
         alive_queues = [w.queue for w in workers.values()
                         if w.takes and w.kind == "inference" and w.queue]
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(
-            f"SELECT {_TASK_COLUMNS} FROM tasks"
-            " WHERE status IN ('queued', 'running') AND task_type = ANY(%(types)s) AND ("
-            "  (status = 'running' AND (worker_id IS NULL OR worker_id <> ALL(%(alive)s)"
-            "   OR started_at < clock_timestamp() - make_interval(secs => %(timeout)s)))"
-            "  OR (status = 'queued' AND (queue IS NULL OR queue <> ALL(%(queues)s)"
-            "   OR (requested_worker IS NOT NULL AND worker <> requested_worker))))"
-            " ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
-            {"types": list(INFERENCE_TYPES), "alive": alive_ids, "queues": alive_queues,
-             "timeout": cfg.task_timeout, "limit": BATCH})
-        tasks = [_task(r) for r in await cur.fetchall()]
+        tasks = await fetch_tasks(conn, q.INFERENCE_TO_REVIEW, {
+            "types": list(INFERENCE_TYPES), "alive": alive_ids, "queues": alive_queues,
+            "timeout": cfg.task_timeout, "limit": BATCH})
         if not tasks:
             return set()
         load = await load_by_queue(conn, alive_queues)
@@ -554,14 +518,8 @@ class Reaper(Background):
     async def _shared(self, conn: psycopg.AsyncConnection, workers: dict[str, WorkerView],
                       report: PassReport) -> None:
         alive_ids = [w.worker_id for w in workers.values() if w.alive]
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(
-            f"SELECT {_TASK_COLUMNS} FROM tasks"
-            " WHERE status = 'running' AND task_type = ANY(%(types)s)"
-            " AND (worker_id IS NULL OR worker_id <> ALL(%(alive)s))"
-            " ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
-            {"types": list(SHARED_TYPES), "alive": alive_ids, "limit": BATCH})
-        tasks = [_task(r) for r in await cur.fetchall()]
+        tasks = await fetch_tasks(conn, q.SHARED_ON_DEAD, {
+            "types": list(SHARED_TYPES), "alive": alive_ids, "limit": BATCH})
         failures = plan_shared(tasks, workers, self.cfg.heartbeat_ttl,
                                self.cfg.web_task_deadline)
         if failures:
@@ -577,11 +535,7 @@ class Reaper(Background):
         than the grace, and otherwise every ``full_scan_every`` passes (a lost id can hide
         behind newer ones in a busy queue)."""
         self._passes += 1
-        cur = await conn.execute(
-            "SELECT queue, count(*) FROM tasks WHERE status = 'queued' AND queue IS NOT NULL"
-            " AND (dispatched_at IS NULL"
-            "      OR dispatched_at < clock_timestamp() - make_interval(secs => %s))"
-            " GROUP BY queue", (self.cfg.repush_grace,))
+        cur = await conn.execute(q.QUEUED_PAST_GRACE, {"grace": self.cfg.repush_grace})
         old = dict(await cur.fetchall())
         if not old:
             return
@@ -599,16 +553,15 @@ class Reaper(Background):
             return
         in_processing = sum(lengths[len(queues):])
         full = self._passes % self.full_scan_every == 0
-        suspicious = [q for q, n in zip(queues, lengths, strict=False)
-                      if full or old[q] > n + in_processing]
+        suspicious = [queue for queue, n in zip(queues, lengths, strict=False)
+                      if full or old[queue] > n + in_processing]
         if not suspicious:
             return
-        cur = await conn.execute(
-            "SELECT id, queue FROM tasks WHERE status = 'queued' AND queue = ANY(%s)"
-            " AND (dispatched_at IS NULL"
-            "      OR dispatched_at < clock_timestamp() - make_interval(secs => %s))"
-            " ORDER BY created_at LIMIT %s", (suspicious, self.cfg.repush_grace, 4 * BATCH))
-        candidates = [(i, q) for i, q in await cur.fetchall() if i not in handled]
+        queued = conn.cursor(row_factory=class_row(q.Queued))
+        await queued.execute(q.QUEUED_IDS_PAST_GRACE, {
+            "queues": suspicious, "grace": self.cfg.repush_grace, "limit": 4 * BATCH})
+        candidates = [(row.id, row.queue) for row in await queued.fetchall()
+                      if row.id not in handled]
         if not candidates:
             return
         try:
@@ -625,7 +578,7 @@ class Reaper(Background):
         for queue, ids in orphans.items():
             sql, params = sm.mark_repushed(ids, queue)
             cur = await conn.execute(sql, params)
-            marked = [r[0] for r in await cur.fetchall()]
+            marked = [task_id for (task_id,) in await cur.fetchall()]
             if marked:
                 report.repushed[queue] = marked
 

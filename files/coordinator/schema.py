@@ -323,7 +323,7 @@ async def ensure_schema(conn: psycopg.AsyncConnection) -> list[int]:
             " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
         )
         cur = await conn.execute("SELECT version FROM coordinator_schema")
-        applied = {row[0] for row in await cur.fetchall()}
+        applied = {version for (version,) in await cur.fetchall()}
         newer = sorted(v for v in applied if v > LATEST_VERSION)
         if newer:
             log.warning(

@@ -53,7 +53,7 @@ class Stats:
 
     async def _queue_names(self, conn: psycopg.AsyncConnection, extra: set[str]) -> list[str]:
         cur = await conn.execute(q.WORKER_QUEUES, {"ttl": self.cfg.heartbeat_ttl})
-        names = {r[0] for r in await cur.fetchall()} | set(SHARED_QUEUES) | extra
+        names = {name for (name,) in await cur.fetchall()} | set(SHARED_QUEUES) | extra
         return sorted(names)
 
     async def queues(self) -> dict[str, Any]:

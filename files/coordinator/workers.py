@@ -82,9 +82,9 @@ class Workers:
             "os": body.get("os"),
         }
         async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(q.REGISTER_WORKER, params)
-            draining = (await cur.fetchone())[0]
             cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(q.REGISTER_WORKER, params)
+            draining = (await cur.fetchone())["draining"]
             await cur.execute(q.REGISTER_INSTANCE, params)
             duplicate = (await cur.fetchone())["duplicate"]
             dispatched = (await dispatch_waiting(conn, cfg.heartbeat_ttl)
@@ -169,16 +169,17 @@ class Workers:
             cur = conn.cursor(row_factory=class_row(q.DrainChange))
             await cur.execute(q.DRAIN if drain else q.UNDRAIN, {"worker_id": worker_id})
             changed = await cur.fetchone()
-            state = await conn.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
-                                                           "ttl": self.cfg.heartbeat_ttl})
+            state = conn.cursor(row_factory=dict_row)
+            await state.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
+                                                    "ttl": self.cfg.heartbeat_ttl})
             row = await state.fetchone()
             if row is None:
                 raise audit.NotFound
             if changed is None:
-                return audit.Effect(False, f"worker '{worker_id}' is {row[0]} already: "
+                return audit.Effect(False, f"worker '{worker_id}' is {row['state']} already: "
                                            f"nothing to {action}")
             return audit.Effect(True, f"{action}ed {changed.kind} worker '{worker_id}' on "
-                                      f"host '{changed.host}': it is {row[0]} now")
+                                      f"host '{changed.host}': it is {row['state']} now")
 
         outcome = await audit.perform(self.pool, actor, action, worker_id, idempotency_key,
                                       effect)
@@ -192,10 +193,11 @@ class Workers:
             if self.reaper is not None:
                 self.reaper.kick()  # its waiting tasks go to another worker now, or back
         async with self.pool.connection() as conn:
-            cur = await conn.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
-                                                         "ttl": self.cfg.heartbeat_ttl})
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
+                                                  "ttl": self.cfg.heartbeat_ttl})
             row = await cur.fetchone()
-        return {"worker_id": worker_id, "state": row[0] if row else "stopped",
+        return {"worker_id": worker_id, "state": row["state"] if row else "stopped",
                 "changed": outcome.changed, "message": outcome.message,
                 "repeated": outcome.repeated}
 
