@@ -286,11 +286,30 @@ def up(network: str, subnet: str, image: str, nodes: dict[str, str]) -> None:
     print(f"lab up in {took:.0f} s: " + ", ".join(f"{n} {a}" for n, a in nodes.items()))
 
 
+def remove_container(name: str, attempts: int = 5) -> None:
+    """Remove the container, stopping it first (SIGTERM, SIGKILL after 5 s).
+
+    ``podman rm --force`` can fail with exit status 2 ("running or paused") when the stop
+    races systemd's own shutdown inside the container; the container then is still there,
+    so it is killed and removed again, and only a container that outlives every attempt is
+    an error, with podman's own words.
+    """
+    for attempt in range(attempts):
+        removed = podman("rm", "--force", "--time", "5", name, check=False, capture=True)
+        if removed.returncode == 0 or not exists("container", name):
+            return
+        podman("kill", name, check=False, capture=True)
+        time.sleep(1 + attempt)
+    raise SystemExit(f"{name}: podman rm --force failed {attempts} times (exit status "
+                     f"{removed.returncode}): {removed.stderr.strip()[-300:]}; "
+                     f"remove it with: podman rm --force {name}")
+
+
 def down(network: str, names: list[str]) -> None:
     """Remove the named containers, those labelled with the network, and the network."""
     for name in sorted(set(names) | set(labelled(network))):
         if exists("container", name):
-            podman("rm", "--force", "--time", "5", name, capture=True)
+            remove_container(name)
     if exists("network", network):
         podman("network", "rm", network, capture=True)
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import fcntl
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from lab import drive, lab
 
@@ -53,3 +56,47 @@ def test_exclusive_makes_a_second_holder_wait(tmp_path, monkeypatch):
     assert not taken
     with (tmp_path / "lab.lock").open("w") as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again once the block ends
+
+
+class FakePodman:
+    """``lab.podman`` for one container whose ``rm --force`` fails ``failures`` times with
+    exit status 2, as podman does when the stop races the container's own shutdown."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.present = True
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, *args: str, check: bool = True, capture: bool = False,
+                 input_text: str | None = None) -> subprocess.CompletedProcess:
+        self.calls.append(args)
+        returncode, stderr = 0, ""
+        if args[:2] == ("container", "exists"):
+            returncode = 0 if self.present else 1
+        elif args[0] == "rm":
+            if self.failures:
+                self.failures -= 1
+                returncode, stderr = 2, "Error: cannot remove container: it is running"
+            else:
+                self.present = False
+        return subprocess.CompletedProcess(["podman", *args], returncode, "", stderr)
+
+
+def test_a_container_that_refuses_rm_once_is_killed_and_removed(monkeypatch):
+    fake = FakePodman(failures=1)
+    monkeypatch.setattr(lab, "podman", fake)
+    monkeypatch.setattr(lab.time, "sleep", lambda seconds: None)
+    lab.remove_container("lab-ai-core")
+    assert not fake.present
+    assert [call[0] for call in fake.calls] == ["rm", "container", "kill", "rm"]
+
+
+def test_a_container_that_outlives_every_rm_is_named_with_podmans_words(monkeypatch):
+    fake = FakePodman(failures=99)
+    monkeypatch.setattr(lab, "podman", fake)
+    monkeypatch.setattr(lab.time, "sleep", lambda seconds: None)
+    with pytest.raises(SystemExit) as failed:
+        lab.remove_container("lab-ai-core", attempts=3)
+    assert str(failed.value) == (
+        "lab-ai-core: podman rm --force failed 3 times (exit status 2): Error: cannot remove "
+        "container: it is running; remove it with: podman rm --force lab-ai-core")
