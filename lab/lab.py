@@ -64,9 +64,14 @@ SECRET_NAMES = ("coordinator_db_password", "redis_password", "coordinator_token"
                 "coordinator_metrics_token", "worker_token_key", "worker_db_key",
                 "cluster_ca_passphrase")
 LABEL = "coordinator.lab.network"
-# Held by every suite, benchmark or Molecule run that makes podman containers from this
-# checkout, so they run one at a time (`flock .lab/molecule.lock molecule ...` by hand).
-LOCK = STATE_DIR / "molecule.lock"
+# Each set of containers has its own lock, held while it exists: the lab's (inventory/lab: its
+# suites and benchmarks) and the Molecule scenarios' (`flock .lab/molecule.lock molecule ...`
+# by hand). A Molecule scenario runs beside the lab, on its own network, names and addresses;
+# two users of one set never do.
+LOCK = STATE_DIR / "lab.lock"
+MOLECULE_LOCK = STATE_DIR / "molecule.lock"
+# Held briefly for what every set shares: the image build, the SSH identity, known_hosts.
+SETUP_LOCK = STATE_DIR / "setup.lock"
 RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+[ \t]*)+)$", re.M)
 
 
@@ -117,14 +122,16 @@ def podman(*args: str, check: bool = True, capture: bool = False,
 
 
 @contextlib.contextmanager
-def exclusive() -> Iterator[None]:
-    """Hold the lab lock for the block; say so when another run holds it and this one waits."""
-    LOCK.parent.mkdir(exist_ok=True)
-    with LOCK.open("w") as lock:
+def exclusive(path: Path | None = None) -> Iterator[None]:
+    """Hold a lock (the lab's unless ``path`` names another) for the block; say so when
+    another run holds it and this one waits."""
+    path = path or LOCK
+    path.parent.mkdir(exist_ok=True)
+    with path.open("w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"waiting for {LOCK} (another lab run holds it) ...", flush=True)
+            print(f"waiting for {path} (another run holds it) ...", flush=True)
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -250,11 +257,12 @@ def trust_host_key(name: str, address: str, timeout: float = 60) -> None:
             raise SystemExit(f"{name}: sshd does not answer on {address}:22 after "
                              f"{timeout:.0f} s: {scan.stderr.strip()[-300:]}")
         time.sleep(1)
-    KNOWN_HOSTS.touch(mode=0o600)
-    subprocess.run(["ssh-keygen", "-R", address, "-f", str(KNOWN_HOSTS)],
-                   capture_output=True, check=False)
-    with KNOWN_HOSTS.open("a") as known:
-        known.write(scan.stdout)
+    with exclusive(SETUP_LOCK):
+        KNOWN_HOSTS.touch(mode=0o600)
+        subprocess.run(["ssh-keygen", "-R", address, "-f", str(KNOWN_HOSTS)],
+                       capture_output=True, check=False)
+        with KNOWN_HOSTS.open("a") as known:
+            known.write(scan.stdout)
 
 
 def ssh_login(address: str) -> subprocess.CompletedProcess:
@@ -268,8 +276,9 @@ def ssh_login(address: str) -> subprocess.CompletedProcess:
 def up(network: str, subnet: str, image: str, nodes: dict[str, str]) -> None:
     """Start (or restart) one systemd container per node at its address, reachable over SSH."""
     started = time.monotonic()
-    subprocess.run([str(REPO / "lab" / "image" / "build.sh")], check=True)
-    public_key, password = ensure_ssh_identity()
+    with exclusive(SETUP_LOCK):
+        subprocess.run([str(REPO / "lab" / "image" / "build.sh")], check=True)
+        public_key, password = ensure_ssh_identity()
     if not exists("network", network):
         podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():

@@ -2,9 +2,9 @@
 the check that podman can run the lab's containers.
 
 Under ``pytest -n 2`` (what ``./dev test`` runs) the tests form two groups, each run in
-order by one process: the container suites (``CONTAINER_SUITES``: the lab's and Molecule's,
-serialized by the lab lock anyway) and all the others. The container tests mostly wait on
-SSH, systemd and apt, so the rest runs beside them without two CPU-heavy suites at once.
+order by one process: the lab suites (``LAB_SUITES``, on the one lab under .lab/lab.lock,
+about three quarters of the time) and all the others, with the Molecule scenarios (their own
+containers, networks and lock) last, beside the second half of the lab suites.
 
 The repository's module_utils are importable as ``ansible.module_utils.<name>``, where Ansible
 puts them for a module, so tests import the modules of library/ as they are.
@@ -49,8 +49,11 @@ def _alias_module_utils() -> None:
 _alias_module_utils()
 
 
-# The test files that start containers (their tests that do need ``podman_ready``).
-CONTAINER_SUITES = ("tests/migrate/", "tests/lab/test_molecule.py", "tests/lab/test_lab_script.py")
+# The test files that use the lab's containers, and the Molecule scenarios' own: together,
+# every test that starts containers (the tests that need ``podman_ready``).
+LAB_SUITES = ("tests/migrate/", "tests/lab/test_lab_script.py")
+MOLECULE_SUITE = "tests/lab/test_molecule.py"
+CONTAINER_SUITES = (*LAB_SUITES, MOLECULE_SUITE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,21 +63,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if misplaced:
         raise pytest.UsageError(
             f"{misplaced[0]} starts containers (it needs podman_ready) but its file is not in "
-            "CONTAINER_SUITES of tests/conftest.py: add it there, so it runs in the container "
+            "CONTAINER_SUITES of tests/conftest.py: add it there, so it runs in a container "
             "group")
+    # The Molecule scenarios after every other test of their group: by then the lab suites
+    # have built the image and the wheelhouse, and the CPU-heavy suites of the group are done.
+    items.sort(key=lambda item: item.nodeid.startswith(MOLECULE_SUITE))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's scheduler, with two scopes: the container suites and the rest.
+    """pytest-xdist's scheduler, with two scopes: the lab suites and the rest.
     (``--dist loadgroup`` would do it with markers, but xdist 3.8 sets the group on a node
     id attribute pytest 9.2 no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class ContainersBesideTheRest(LoadScopeScheduling):
+    class LabBesideTheRest(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "containers" if nodeid.startswith(CONTAINER_SUITES) else "others"
+            return "lab" if nodeid.startswith(LAB_SUITES) else "others"
 
-    return ContainersBesideTheRest(config, log)
+    return LabBesideTheRest(config, log)
 
 
 @pytest.fixture(scope="session")

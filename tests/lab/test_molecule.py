@@ -2,7 +2,8 @@
 
 Each scenario starts systemd containers from the lab image (lab/image/build.sh builds it on
 first use, ~90 s) and reaches them over SSH as the lab's admin user; see docs/lab.md. One
-`molecule test` runs at a time across pytest processes (the lab lock). Skipped only where
+`molecule test` runs at a time across pytest processes (.lab/molecule.lock), beside the lab
+suites: each scenario has its own network, container names and addresses. Skipped only where
 podman cannot run containers, never under CI.
 """
 
@@ -61,11 +62,11 @@ def first_failure(output: str) -> str:
 
 
 # Creating the containers, two converges and verify take minutes on a busy 2-core machine;
-# the time includes waiting for another run that holds the lab lock.
+# the time includes waiting for another run that holds the Molecule lock.
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario, podman_ready):
-    with lab.exclusive():
+    with lab.exclusive(lab.MOLECULE_LOCK):
         result = subprocess.run([str(drive.VENV_BIN / "molecule"), "test", "-s", scenario],
                                 cwd=REPO, env=molecule_env(), capture_output=True, text=True,
                                 check=False)

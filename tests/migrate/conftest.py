@@ -6,8 +6,8 @@ pipelining off for that first converge (Ansible's own default). The modules then
 web worker back and forth and break things on the way; they run in ORDER, each starting
 from a converged lab with one web worker, wherever the previous one left it. Every
 playbook runs at -vvv and its output is kept for the secrets check (test_secrets.py) and in
-.lab/logs/test-migrate/ for failures. They hold .lab/molecule.lock, like the Molecule
-scenarios.
+.lab/logs/test-migrate/ for failures. They hold .lab/lab.lock; the Molecule scenarios, on
+networks of their own, may run beside them.
 """
 
 from __future__ import annotations
