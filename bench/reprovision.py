@@ -12,6 +12,8 @@ changed tasks). Variants, each repeated ``--repeats`` times, in rotation:
     nopipelining ANSIBLE_PIPELINING=0 (Ansible's own default)
     factcache    ANSIBLE_CACHE_PLUGIN=jsonfile, ANSIBLE_CACHE_PLUGIN_CONNECTION=<dir>,
                  ANSIBLE_GATHERING=smart (the cache filled once before the timed runs)
+    mitogen      Mitogen for Ansible's ``mitogen_linear`` strategy (requirements-bench.txt;
+                 its own connection, so the ssh/sftp/scp counts read 0)
 
 Variants combine with ``+`` (``nopipelining+factcache``); ``variant:N`` sets its number of
 runs. Every run counts its ssh, sftp and scp commands (two-line shell wrappers set as
@@ -25,7 +27,7 @@ callback on, which gives the costliest tasks. Every Ansible run's output is kept
 inventory/lab into ``.lab/inventory-bench-<n>`` (two levels below the repository, so its
 relative paths to ``.lab/secrets`` and ``.lab/wheelhouse`` resolve as inventory/lab's do); the
 lab grows in place (only the new nodes and the new pg_hba.conf lines are converged). Forks are
-at least the number of nodes. The script holds ``.lab/molecule.lock`` while its containers
+at least the number of nodes. The script holds ``.lab/lab.lock`` while its containers
 exist and removes them and the network at the end, also on Ctrl-C or SIGTERM. The figures in
 docs/benchmarks.md come from:
 
@@ -62,7 +64,7 @@ NETWORK = "bench-lab"
 SUBNET = "10.89.26.0/24"
 PREFIX = "bench-"
 VENV_BIN = REPO / ".venv" / "bin"
-FEATURES = ("nopipelining", "factcache")
+FEATURES = ("nopipelining", "factcache", "mitogen")
 CONNECTION_PROGRAMS = ("ssh", "sftp", "scp")
 
 TASK_HEADER = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$")
@@ -227,6 +229,9 @@ class Bench:
             ANSIBLE_SCP_EXECUTABLE=str(self.wrappers["scp"]),
             ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
             PROFILE_TASKS_TASK_OUTPUT_LIMIT="all", PROFILE_TASKS_SORT_ORDER="none")
+        if "mitogen" in features:
+            env.update(ANSIBLE_STRATEGY_PLUGINS=str(mitogen_strategies()),
+                       ANSIBLE_STRATEGY="mitogen_linear")
         if "factcache" in features:
             env.update(ANSIBLE_CACHE_PLUGIN="jsonfile",
                        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.cache_dir),
@@ -343,6 +348,18 @@ def describe(run: Run, label: str) -> None:
     print(f"      costliest tasks (profile_tasks, of {spent:.0f} s):")
     for name, cost in seconds.most_common(8):
         print(f"        {cost:6.1f} s  {name}")
+
+
+def mitogen_strategies() -> Path:
+    """The strategy plugins of Mitogen for Ansible, in the interpreter Ansible runs with."""
+    found = subprocess.run(
+        [str(VENV_BIN / "python"), "-c",
+         "import ansible_mitogen, os; print(os.path.dirname(ansible_mitogen.__file__))"],
+        capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        raise SystemExit("the mitogen variant needs Mitogen for Ansible in .venv: "
+                         ".venv/bin/pip install -r requirements-bench.txt")
+    return Path(found.stdout.strip()) / "plugins" / "strategy"
 
 
 def features_of(variant: str) -> set[str]:
