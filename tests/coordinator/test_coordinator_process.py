@@ -16,6 +16,7 @@ import psycopg
 import pytest
 import redis
 
+from coordinator import queries
 from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
 from lab import throwaway
 from lab.processes import FILES, stop_process
@@ -277,6 +278,33 @@ def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT max(version), count(*) FROM coordinator_schema").fetchone() \
             == (LATEST_VERSION, len(MIGRATIONS))
+
+
+def test_unfinished_task_queries_read_the_active_index(pg: ThrowawayPostgres) -> None:
+    """Keyed by (status, queue, id) since schema version 6, the partial index still serves
+    every reader of unfinished tasks by queue, among many finished ones."""
+    dsn = pg.database("coordinator_active_index")
+
+    async def create() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await ensure_schema(conn)
+
+    asyncio.run(create())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tasks (id, task_type, prompt, status, queue)"
+            " SELECT gen_random_uuid(), 'web_search', 'p',"
+            "  CASE WHEN n % 100 = 0 THEN 'queued' WHEN n % 100 = 1 THEN 'running'"
+            "  ELSE 'done' END, 'tasks:web'"
+            " FROM generate_series(1, 20000) AS n")
+        conn.execute("ANALYZE tasks")
+        plans = {name: "\n".join(row[0] for row in conn.execute(
+                     "EXPLAIN " + getattr(queries, name), {"queues": ["tasks:web"]}))
+                 for name in ("OLDEST_WAITING", "ACTIVE_BY_QUEUE", "LOAD_BY_QUEUE")}
+    assert {name: "Index Scan on tasks_active_idx" in plan for name, plan in plans.items()} \
+        == dict.fromkeys(plans, True), plans
+    assert "Index Cond: ((status = 'queued'::text) AND (queue IS NOT NULL))" \
+        in plans["OLDEST_WAITING"], plans["OLDEST_WAITING"]
 
 
 def test_two_processes_start_on_an_empty_database(pg: ThrowawayPostgres, backends: Backends,
