@@ -48,14 +48,15 @@ def call(params: dict[str, Any], method: str, path: str, error: type[Exception],
     validate_certs, ca_path and timeout. A POST carries a fresh Idempotency-Key, so a request
     retried after a lost answer has one effect. Until ``restart_deadline`` (a
     ``time.monotonic()`` value), a Coordinator that is restarting is asked again every
-    READ_INTERVAL seconds."""
+    READ_INTERVAL seconds, the last time at the deadline itself."""
     while True:
         try:
             return _call_once(params, method, path, error, timeout)
         except _Restarting as exc:
-            if restart_deadline is None or time.monotonic() + READ_INTERVAL > restart_deadline:
+            remaining = 0.0 if restart_deadline is None else restart_deadline - time.monotonic()
+            if remaining <= 0:
                 raise exc.failure from exc
-            time.sleep(READ_INTERVAL)
+            time.sleep(min(READ_INTERVAL, remaining))
 
 
 class _Restarting(Exception):
