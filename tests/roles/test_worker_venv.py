@@ -1,13 +1,15 @@
-"""The worker role's shared virtualenv (tasks/install.yml) on a fake Mac: pip runs when the
-shipped requirements differ from the ones the virtualenv was built from, and only then."""
+"""The worker role's shared install (tasks/install.yml) on a fake Mac: pip runs when the
+shipped requirements differ from the ones the virtualenv was built from, and only then; code
+shipped earlier in the same run still restarts the workers."""
 
 from __future__ import annotations
 
 import getpass
+import json
 import re
 import sys
 
-from .test_worker_darwin import changed, play
+from .test_worker_darwin import BOTH, INFER_LABEL, WEB_LABEL, calls, changed, play
 
 PIP_TASK = "worker : Install the pinned dependencies into the shared virtualenv"
 
@@ -53,3 +55,37 @@ def test_pip_runs_only_when_the_requirements_change(tmp_path):
     stamp.unlink()
     assert pip_ran(run())
     assert stamp.exists()
+
+
+def test_code_shipped_earlier_in_the_same_run_still_restarts_the_workers(tmp_path):
+    # migrate-web.yml ships the code in its preflight (tasks_from: install), then runs the
+    # whole role, which must not ship it again and forget that it changed: a worker already
+    # running would keep the old code.
+    source = tmp_path / "files"
+    source.mkdir()
+    (source / "requirements-worker.txt").write_text("# no dependency: the virtualenv alone\n")
+    programs = ["worker_web.py", "worker_infer.py"]
+    for name in programs:
+        (source / name).write_text("# version 1\n")
+    home = tmp_path / "mac"
+    home.mkdir()
+    (home / "launchctl.json").write_text(json.dumps({"loaded": [], "disabled": [], "calls": []}))
+    settings = {"worker_source_dir": str(source), "worker_files": programs,
+                "worker_python": sys.executable, "test_user": getpass.getuser(),
+                "worker_register_check": False}
+
+    def run() -> tuple[str, list[list[str]]]:
+        before = len(calls(home))
+        output = play(home, BOTH, entry="install_then_main", **settings)
+        return output, calls(home)[before:]
+
+    first, _ = run()
+    assert changed(first) > 0
+    # The role's own install pass is skipped: the preflight's already ran in this run.
+    assert first.count("TASK [worker : Ship the worker programs]") == 1, first[-3000:]
+    _, unchanged = run()
+    assert not [c for c in unchanged if c[0] in ("kickstart", "bootstrap", "bootout")]
+    (source / "worker_web.py").write_text("# version 2\n")
+    _, restarted = run()
+    for label in (WEB_LABEL, INFER_LABEL):
+        assert ["kickstart", "-k", f"gui/501/{label}"] in restarted, restarted
