@@ -58,6 +58,15 @@ def processing_list(worker_id: str) -> str:
     return f"processing:{worker_id}"
 
 
+def drain_hint(worker_id: str) -> str:
+    """The Redis key the Coordinator sets, for a heartbeat TTL, when it drains a worker: a
+    worker that sees it between two takes heartbeats at once, and so learns of the drain in
+    about a second instead of at its next heartbeat. Only a hint: the workers table is the
+    record, and the heartbeat answer is what the worker follows; a lost hint costs only the
+    wait for that heartbeat."""
+    return f"drain:{worker_id}"
+
+
 # -- worker tokens -----------------------------------------------------------------------------
 
 WORKER_TOKEN_PREFIX = "worker."
@@ -118,15 +127,17 @@ WORKER_REDIS_USER_PREFIX = "worker_"
 COORDINATOR_REDIS_USER = "coordinator"
 REDIS_ADMIN_USER = "admin"
 #: What a worker sends (files/worker_base.py): PING (start-up check), LLEN, LPOS, RPUSH,
-#: LINDEX, BLMOVE and LREM on its own queues and its own processing lists. AUTH and HELLO
-#: need no grant; CLIENT SETINFO, which the client library tries, may be refused.
-WORKER_REDIS_COMMANDS = ("ping", "llen", "lpos", "rpush", "lindex", "blmove", "lrem")
+#: LINDEX, BLMOVE and LREM on its own queues and its own processing lists, EXISTS on its
+#: drain hint (read only). AUTH and HELLO need no grant; CLIENT SETINFO, which the client
+#: library tries, may be refused.
+WORKER_REDIS_COMMANDS = ("ping", "llen", "lpos", "rpush", "lindex", "blmove", "lrem", "exists")
 #: What the Coordinator and its Reaper send (files/coordinator/): PING, LPUSH, LLEN, LRANGE,
-#: MULTI/EXEC (the Reaper's snapshot; DISCARD if it is abandoned), CLIENT SETNAME.
+#: MULTI/EXEC (the Reaper's snapshot; DISCARD if it is abandoned), CLIENT SETNAME, and SET
+#: and DEL of the drain hints.
 COORDINATOR_REDIS_COMMANDS = ("ping", "llen", "lpush", "lrange", "multi", "exec", "discard",
-                              "client|setname")
-#: The key patterns of the Coordinator's user: every queue and every processing list.
-COORDINATOR_REDIS_KEYS = ("tasks:*", "processing:*")
+                              "client|setname", "set", "del")
+#: The key patterns of the Coordinator's user: every queue, processing list and drain hint.
+COORDINATOR_REDIS_KEYS = ("tasks:*", "processing:*", "drain:*")
 
 
 def worker_redis_user(host: str) -> str:
@@ -153,6 +164,11 @@ def worker_redis_keys(queues: Iterable[str], worker_ids: Iterable[str]) -> list[
     """The keys a worker host's Redis user may touch: its workers' queues and their own
     processing lists, sorted, each once."""
     return sorted(set(queues) | {processing_list(worker_id) for worker_id in worker_ids})
+
+
+def worker_redis_read_keys(worker_ids: Iterable[str]) -> list[str]:
+    """The keys a worker host's Redis user may only read: its workers' drain hints."""
+    return sorted({drain_hint(worker_id) for worker_id in worker_ids})
 
 
 # -- Redis over TLS (docs/tls.md) -----------------------------------------------------------

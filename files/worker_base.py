@@ -49,6 +49,7 @@ from coordinator_contract import (
     WRITE_CHECK_SQL,
     coordinator_tls_problem,
     coordinator_url_problem,
+    drain_hint,
     has_model,
     processing_list,
     redis_tls_options,
@@ -57,6 +58,9 @@ from coordinator_contract import (
 
 # BLMOVE blocks at most this long so the loop notices SIGTERM promptly.
 TAKE_BLOCK_SECONDS = 1
+# A drain hint wakes the heartbeat at most this often (a hint the Coordinator failed to
+# remove lives on for its TTL; the heartbeat answer is what counts).
+HINT_BEAT_SECONDS = 1.0
 MAX_RETRY_DELAY = 5.0
 
 # The server drops a dead host's session (and so its lock) within about 25 s.
@@ -360,6 +364,11 @@ class Worker:
         # answers); `drained` once it also holds no task, which the next heartbeat reports.
         self.drain = threading.Event()
         self.drained = False
+        # The Coordinator's hint of a drain (coordinator_contract.drain_hint), looked at
+        # between two takes; off once Redis refuses it (an ACL from before the hints).
+        self.drain_hint = drain_hint(cfg.worker_id)
+        self.hint_allowed = True
+        self.hint_beat_at = 0.0
         self.stopping = threading.Event()
         self.exit_code = 0
         self.in_flight = 0
@@ -714,7 +723,27 @@ class Worker:
                                         "RIGHT", "LEFT")
             if task_id is not None:
                 return task_id
+        if self.hint_allowed:
+            try:
+                self.follow_drain_hint(self.redis.exists(self.drain_hint))
+            except redis.exceptions.NoPermissionError as error:
+                self.drain_hint_refused(error)
         return None
+
+    def follow_drain_hint(self, hinted: object) -> None:
+        """A drain hint: heartbeat now, and so take the drain from the answer at once."""
+        if not hinted or self.drain.is_set():
+            return
+        now = time.monotonic()
+        if now - self.hint_beat_at >= HINT_BEAT_SECONDS:
+            self.hint_beat_at = now
+            self.beat_now.set()
+
+    def drain_hint_refused(self, error: redis.RedisError) -> None:
+        self.hint_allowed = False
+        log.warning("Redis refused to read %s (%s): its ACL predates drain hints (run "
+                    "site.yml); a drain reaches this worker with its next heartbeat",
+                    self.drain_hint, one_line(error))
 
     def handle(self, task_id: str) -> None:
         self.in_flight = 1
@@ -809,7 +838,17 @@ class Worker:
             pipe = self.redis.pipeline(transaction=False)
             pipe.lrem(self.processing, 0, task_id)
             pipe.llen(self.processing)
-            self.processing_empty = pipe.execute()[1] == 0
+            if self.hint_allowed:
+                pipe.exists(self.drain_hint)  # in the same round trip
+            removed, left, *hint = pipe.execute(raise_on_error=False)
+            for answer in (removed, left):
+                if isinstance(answer, Exception):
+                    raise answer
+            self.processing_empty = left == 0
+            if hint and isinstance(hint[0], redis.exceptions.NoPermissionError):
+                self.drain_hint_refused(hint[0])
+            elif hint and not isinstance(hint[0], Exception):
+                self.follow_drain_hint(hint[0])
         except redis.RedisError as error:
             self.processing_empty = False
             # The id stays listed; the next loop finds it written and drops it.

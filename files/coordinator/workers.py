@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
+from coordinator_contract import drain_hint
 from psycopg.rows import class_row, dict_row
 from redis.exceptions import RedisError
 
@@ -185,6 +186,7 @@ class Workers:
                                       effect)
         if outcome is None:
             return None
+        await self.hint_drain(worker_id, drain)
         if outcome.changed and not outcome.repeated:
             known = self.registry.get(worker_id)
             if known is not None:
@@ -200,6 +202,21 @@ class Workers:
         return {"worker_id": worker_id, "state": row["state"] if row else "stopped",
                 "changed": outcome.changed, "message": outcome.message,
                 "repeated": outcome.repeated}
+
+    async def hint_drain(self, worker_id: str, drain: bool) -> None:
+        """Set (for a heartbeat TTL) or delete the worker's drain hint, which makes it ask
+        now rather than at its next heartbeat. Best effort: the drain itself is recorded
+        already, and without the hint the worker learns of it by that heartbeat."""
+        try:
+            if drain:
+                await self.redis.set(drain_hint(worker_id), "1",
+                                     ex=max(1, round(self.cfg.heartbeat_ttl)))
+            else:
+                await self.redis.delete(drain_hint(worker_id))
+        except RedisError as error:
+            log.warning("drain hint for worker '%s' not %s in Redis (%s): the worker learns "
+                        "of it at its next heartbeat", worker_id, "set" if drain else "removed",
+                        first_line(error))
 
     async def list(self) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:

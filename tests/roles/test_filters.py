@@ -391,7 +391,8 @@ def test_with_a_redis_key_each_host_logs_in_as_its_own_user_which_the_redis_side
     assert lines[-1] == (
         f"user worker_macbookair on #{digest} resetchannels ~processing:macbookair "
         "~processing:web-worker-macbookair ~tasks:gpu:macbookair ~tasks:web "
-        "-@all +ping +llen +lpos +rpush +lindex +blmove +lrem")
+        "%R~drain:macbookair %R~drain:web-worker-macbookair "
+        "-@all +ping +llen +lpos +rpush +lindex +blmove +lrem +exists")
     assert login["password"] not in "\n".join(lines)
 
 
@@ -455,8 +456,8 @@ def test_redis_acl_lines_disable_default_and_refuse_what_cannot_be_written():
     lines = redis_role.redis_acl_lines([], **kwargs)
     assert lines[0] == "user default off resetkeys resetchannels -@all"
     assert lines[1].startswith("user admin on #") and lines[1].endswith(" ~* &* +@all")
-    assert lines[2].endswith(" resetchannels ~tasks:* ~processing:* -@all +ping +llen +lpush "
-                             "+lrange +multi +exec +discard +client|setname")
+    assert lines[2].endswith(" resetchannels ~tasks:* ~processing:* ~drain:* -@all +ping +llen "
+                             "+lpush +lrange +multi +exec +discard +client|setname +set +del")
     assert "p" * 20 not in "\n".join(lines)
     # A worker id with glob characters matches itself only.
     (line,) = redis_role.redis_acl_lines(

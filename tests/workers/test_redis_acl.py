@@ -140,6 +140,8 @@ def test_a_worker_user_runs_what_the_workers_send_on_its_own_keys(acl_redis):
         assert pipe.execute() == [1, 1, 0]
         own_queue = contract.inference_queue("cpu", WEB_HOST)
         assert client.llen(own_queue) == 0
+        # Its drain hint, read only: the Coordinator's to set.
+        assert client.exists(contract.drain_hint(env["WORKER_ID"])) == 0
 
 
 def test_a_worker_user_is_refused_everything_else(acl_redis):
@@ -156,9 +158,13 @@ def test_a_worker_user_is_refused_everything_else(acl_redis):
         assert noperm(lambda: client.blmove(contract.inference_queue("cpu", other_id),
                                             contract.processing_list(other_id), 1)) == NO_KEYS
         # Its own list, but a command no worker sends.
-        own = contract.processing_list(HOSTS[WEB_HOST]["envs"]["web-worker"]["WORKER_ID"])
+        own_id = HOSTS[WEB_HOST]["envs"]["web-worker"]["WORKER_ID"]
+        own = contract.processing_list(own_id)
         assert noperm(lambda: client.delete(own)) == (
             "this user has no permissions to run the 'del' command")
+        # Its own drain hint is read only; another worker's, not even that.
+        assert noperm(lambda: client.rpush(contract.drain_hint(own_id), "x")) == NO_KEYS
+        assert noperm(lambda: client.exists(contract.drain_hint(other_id))) == NO_KEYS
     # A host without a web worker cannot take from tasks:web.
     with worker_login(acl_redis, OTHER_HOST) as client:
         assert noperm(lambda: client.llen(contract.WEB_QUEUE)) == NO_KEYS
@@ -174,6 +180,9 @@ def test_the_coordinator_user_routes_and_reaps_and_nothing_more(acl_redis):
         pipe.llen(contract.WEB_QUEUE).lrange(contract.WEB_QUEUE, 0, -1)
         pipe.llen(contract.processing_list("web-worker-x"))
         assert pipe.execute() == [1, ["id-a"], 0]
+        # A worker's drain hint: set for a while, then removed.
+        assert client.set(contract.drain_hint("web-worker-x"), "1", ex=15)
+        assert client.delete(contract.drain_hint("web-worker-x")) == 1
         assert noperm(client.flushall).endswith("'flushall' command")
         assert noperm(lambda: client.llen("some:other:key")) == NO_KEYS
         assert noperm(lambda: client.rpop(contract.WEB_QUEUE)).endswith("'rpop' command")
@@ -244,6 +253,37 @@ def test_the_real_coordinator_and_web_worker_with_their_own_users(
     assert tasks.wait_status(response.json()["task_id"], "done", timeout=30)["status"] == "done"
     assert "NOPERM" not in worker.output() and "NOPERM" not in acl_coordinator.process.output()
     tasks.conn.close()
+
+
+def test_a_worker_whose_user_predates_drain_hints_says_so_once_and_serves_on(
+        pg, acl_redis, acl_dsn, acl_coordinator, start_worker: WorkerFactory, searxng, ollama):
+    # The ACL of an older redis role: the same user without EXISTS. The worker's first task
+    # is queued before it starts, so its first look at the hint is in the LREM round trip.
+    env = web_worker_env(WEB_HOST, acl_dsn, acl_redis, acl_coordinator, searxng, ollama)
+    user = env["REDIS_USERNAME"]
+    tasks = Tasks(pg, acl_dsn)
+    with admin(acl_redis) as root:
+        root.execute_command("ACL", "SETUSER", user, "-exists")
+    try:
+        routed = [requests.post(f"{acl_coordinator.url}/route", timeout=10,
+                                json={"prompt": TOKYO, "task_type": "web_search"})
+                  for _ in range(2)]
+        worker = start_worker(env)
+        for response in routed:
+            assert response.status_code == 201, response.text
+            assert tasks.wait_status(response.json()["task_id"], "done")["status"] == "done"
+        hint = contract.drain_hint(env["WORKER_ID"])
+        refusals = [line for line in worker.output().splitlines()
+                    if f"Redis refused to read {hint}" in line]
+        assert len(refusals) == 1, worker.output()
+        assert refusals[0].endswith(
+            "its ACL predates drain hints (run site.yml); a drain reaches this worker with "
+            "its next heartbeat")
+        assert "LREM of task" not in worker.output()
+    finally:
+        with admin(acl_redis) as root:
+            assert root.execute_command("ACL", "LOAD") in ("OK", b"OK", True)
+        tasks.conn.close()
 
 
 def test_a_worker_without_the_queue_fails_its_check_naming_the_user_and_the_fix(

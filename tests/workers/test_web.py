@@ -6,12 +6,15 @@ from __future__ import annotations
 import signal
 import subprocess
 
+import coordinator_contract as contract
 import psycopg2
 import pytest
 import requests
 import worker_web
 
+from lab.processes import CoordinatorProcess
 from lab.throwaway import free_port
+from tests.conftest import create_schema
 
 from .conftest import FILES, MODEL, PYTHON, TOKYO, WAITING, Coordinator, wait_until
 
@@ -454,6 +457,37 @@ def test_postgres_restart_mid_task_lock_retaken_and_result_written(web_env, busy
     wait_until(lambda: rds.llen(f"processing:{web_env['WORKER_ID']}") == 0, 10,
                "the id to leave the processing list")
 
+
+
+def slow_beats_state(url: str, worker_id: str) -> str:
+    body = requests.get(f"{url}/workers", timeout=10).json()
+    workers = body["workers"] if isinstance(body, dict) else body
+    return next(w["state"] for w in workers if w["worker_id"] == worker_id)
+
+
+def test_a_drain_reaches_an_idle_worker_at_once_not_at_its_next_heartbeat(
+        web_env, start_worker, pg, redis_server, rds, tmp_path):
+    # Heartbeats every 100 s (a TTL of 300 s), the first one 100 s after the registration:
+    # without the Coordinator's hint in Redis the worker would hear of the drain only then.
+    # A database of its own: the session's Coordinator (TTL 2 s) would count this worker dead
+    # between two heartbeats.
+    dsn = pg.database("drain_hint")
+    create_schema(dsn)
+    with CoordinatorProcess(dsn, redis_server, tmp_path / "coordinator.log",
+                            heartbeat_ttl=300) as slow_beats:
+        worker_id = web_env["WORKER_ID"]
+        worker = start_worker({**web_env, "PG_DSN": dsn, "COORDINATOR_URL": slow_beats.url})
+        worker.wait_for(WAITING)
+        hint = contract.drain_hint(worker_id)
+        answer = requests.post(f"{slow_beats.url}/workers/{worker_id}/drain", timeout=10)
+        assert answer.status_code == 200, answer.text
+        assert 0 < rds.ttl(hint) <= 300
+        worker.wait_for("INFO Drained: holding no task, taking none until undrained", timeout=10)
+        wait_until(lambda: slow_beats_state(slow_beats.url, worker_id) == "drained", 10,
+                   "the Coordinator to list the worker drained")
+        answer = requests.post(f"{slow_beats.url}/workers/{worker_id}/undrain", timeout=10)
+        assert answer.status_code == 200, answer.text
+        assert not rds.exists(hint)
 
 
 def test_a_drained_worker_finishes_its_task_takes_nothing_new_until_undrained(

@@ -43,9 +43,10 @@ def _token(value: str, what: str) -> str:
     return value
 
 
-def key_pattern(key: str) -> str:
-    """An ACL key pattern (``~...``) that matches exactly ``key``."""
-    return "~" + _GLOB.sub(r"\\\1", _token(key, "key"))
+def key_pattern(key: str, read_only: bool = False) -> str:
+    """An ACL key pattern that matches exactly ``key``: ``~...``, or ``%R~...`` where the
+    user may only read it."""
+    return ("%R~" if read_only else "~") + _GLOB.sub(r"\\\1", _token(key, "key"))
 
 
 def redis_worker_grants(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any],
@@ -88,9 +89,10 @@ def redis_acl_lines(workers: Sequence[Mapping[str, Any]], *, admin_user: str,
                     worker_password_key: str) -> list[str]:
     """The ACL file's ``user`` lines: default off; ``admin_user`` with every command (the role's
     ACL LOAD and health checks); ``coordinator_user`` with the Coordinator's commands on
-    every queue and processing list, its password derived from ``admin_password``; one user
-    per grant of ``workers`` ({host, queues, worker_ids}) with the workers' commands on its
-    own keys, its password derived from ``worker_password_key``."""
+    every queue, processing list and drain hint, its password derived from
+    ``admin_password``; one user per grant of ``workers`` ({host, queues, worker_ids}) with
+    the workers' commands on its own keys (its workers' drain hints read only), its password
+    derived from ``worker_password_key``."""
     names = {"default", _token(admin_user, "redis_admin_user"),
              _token(coordinator_user, "redis_coordinator_user")}
     if len(names) != 3:
@@ -118,8 +120,10 @@ def redis_acl_lines(workers: Sequence[Mapping[str, Any]], *, admin_user: str,
         keys = contract.worker_redis_keys(grant.get("queues") or (),
                                           grant.get("worker_ids") or ())
         password = contract.worker_redis_password(worker_password_key, grant["host"])
+        read_keys = contract.worker_redis_read_keys(grant.get("worker_ids") or ())
         lines.append(" ".join([f"user {user} on {_sha(password)} resetchannels",
                                *(key_pattern(k) for k in keys),
+                               *(key_pattern(k, read_only=True) for k in read_keys),
                                _commands(contract.WORKER_REDIS_COMMANDS)]))
     return lines
 
