@@ -122,6 +122,116 @@ def test_launchd_states_from_the_launchd_agent_results():
         "installed": True, "enabled": False, "running": False, "pid": 0}
 
 
+# -- the registration check (tasks/verify.yml) -------------------------------------------------
+
+def expected_of(show: str = SHOW) -> list[dict]:
+    return worker.expected_registrations(
+        worker.worker_states(records("inference-worker", "web-worker"), systemd_show=show),
+        versions={"worker_infer.py": "1.0", "worker_web.py": "2.1"},
+        envs={"inference-worker": {"COORDINATOR_URL": "https://10.0.0.1:8000/"},
+              "web-worker": {"COORDINATOR_URL": "https://10.0.0.1:8000"}})
+
+
+def test_the_versions_expected_are_the_ones_in_the_programs_shipped():
+    import worker_infer
+    import worker_web
+
+    versions = worker.worker_versions(str(REPO / "files"), ["worker_web.py", "worker_infer.py",
+                                                            "worker_web.py"])
+    assert versions == {"worker_web.py": worker_web.VERSION,
+                        "worker_infer.py": worker_infer.VERSION}
+
+
+def test_a_program_without_a_version_says_which_file(tmp_path):
+    (tmp_path / "worker_x.py").write_text('NAME = "x"\nVERSION = compute()\n')
+    with pytest.raises(Exception, match=r'worker_x.py has no top-level VERSION = "..."'):
+        worker.worker_versions(str(tmp_path), ["worker_x.py"])
+    with pytest.raises(Exception, match=r"cannot read the version of .*worker_y.py"):
+        worker.worker_versions(str(tmp_path), ["worker_y.py"])
+
+
+def test_expected_registrations_hold_the_shipped_version_systemds_pid_and_the_url():
+    infer, web = expected_of()
+    assert infer == {"name": "inference-worker", "unit": "inference-worker.service",
+                     "log": "/Users/m/Library/Logs/coordinator/inference-worker.log",
+                     "url": "https://10.0.0.1:8000", "worker_id": "macbookair",
+                     "host": "192.168.0.43", "version": "1.0", "pid": 812}
+    # Stopped: no process, pid 0.
+    assert (web["version"], web["pid"]) == ("2.1", 0)
+
+
+ALIVE = {"worker_id": "macbookair", "host": "192.168.0.43", "version": "1.0", "pid": 812,
+         "alive": True}
+
+
+@pytest.mark.parametrize(("listed", "missing"), [
+    ([ALIVE], False),
+    ({"workers": [ALIVE]}, False),
+    ([ALIVE | {"pid": 813}], True),  # another process: a restart the Coordinator has not seen
+    ([ALIVE | {"version": "0.9"}], True),  # the old code still runs
+    ([ALIVE | {"host": "192.168.0.99"}], True),
+    ([ALIVE | {"alive": False}], True),
+    ([], True),
+    (None, True),  # no answer
+])
+def test_a_registration_is_missing_unless_listed_alive_with_host_version_and_pid(listed,
+                                                                                 missing):
+    infer, _ = expected_of()
+    assert worker.missing_registrations([infer], [listed]) == ([infer] if missing else [])
+
+
+def test_a_worker_no_process_runs_is_always_missing():
+    _, web = expected_of()
+    listed = [{"worker_id": "web-worker-macbookair", "host": "192.168.0.43", "version": "2.1",
+               "pid": 0, "alive": True}]
+    assert worker.missing_registrations([web], [listed]) == [web]
+
+
+def test_registered_workers_is_what_the_role_publishes():
+    infer, _ = expected_of()
+    assert worker.registered_workers([infer]) == {"inference-worker": {
+        "worker_id": "macbookair", "host": "192.168.0.43", "version": "1.0", "pid": 812}}
+
+
+def test_the_report_says_what_was_expected_what_the_coordinator_says_and_the_log():
+    infer, web = expected_of()
+    registry = [{"item": "https://10.0.0.1:8000", "status": 200,
+                 "json": {"workers": [ALIVE | {"version": "0.9"}]}}]
+    logs = [{"item": infer, "stdout_lines": ["starting (v0.9)", "registered"]},
+            {"item": web, "stdout_lines": ["Traceback: boom"]}]
+    report = worker.registration_report([infer, web], hostname="mac", registry=registry,
+                                        logs=logs)
+    first, second = report.split("; its last log lines: starting (v0.9) | registered; ")
+    assert first == (
+        "inference-worker (macbookair) on mac is not registered alive with the Coordinator at "
+        "https://10.0.0.1:8000 as host 192.168.0.43, version 1.0, pid 812 (Coordinator says: "
+        f"{ALIVE | {'version': '0.9'}})")
+    assert second == (
+        "web-worker (web-worker-macbookair) on mac is not registered alive with the "
+        "Coordinator at https://10.0.0.1:8000 as host 192.168.0.43, version 2.1, pid ? (no "
+        "process runs it) (Coordinator says: not registered); its last log lines: "
+        "Traceback: boom")
+
+
+def test_the_report_without_a_list_gives_the_error_and_without_a_check_question_marks():
+    infer, _ = expected_of()
+    failed = [{"item": "https://10.0.0.1:8000", "status": -1,
+               "msg": "Status code was -1: Connection refused"}]
+    assert "(Coordinator says: Status code was -1: Connection refused)" in (
+        worker.registration_report([infer], hostname="mac", registry=failed))
+    refused = [{"item": "https://10.0.0.1:8000", "status": 401, "json": {"detail": "bad token"},
+                "msg": "Status code was 401 and not [200]: HTTP Error 401: Unauthorized"}]
+    assert ("(Coordinator says: Status code was 401 and not [200]: HTTP Error 401: "
+            "Unauthorized bad token)") in (
+        worker.registration_report([infer], hostname="mac", registry=refused))
+    # Stopped before the service manager was read: the bare record, nothing known of it.
+    [record] = records("web-worker")
+    assert worker.registration_report([record], hostname="mac") == (
+        "web-worker (web-worker-macbookair) on mac is not registered alive with the "
+        "Coordinator at ? as host 192.168.0.43, version ?, pid ? (Coordinator says: no "
+        "answer); its last log lines: ")
+
+
 @pytest.mark.parametrize(("result", "problem"), [
     ({"unreachable": True, "msg": 'Task failed: Data could not be sent to remote host '
       '"10.89.20.42". Make sure this host can be reached over ssh: ssh: connect to host '

@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import worker_infer
+import worker_web
 import yaml
 
 from .conftest import HERE, REPO, run
@@ -232,9 +234,6 @@ def test_status_reports_what_launchd_has(runs):
 
 # -- the registration check (verify.yml) -------------------------------------------------------
 
-SHIPPED = "9.9.9"
-
-
 @pytest.fixture
 def coordinator() -> Iterator[tuple[str, list[dict]]]:
     """A Coordinator answering GET /workers with the list the test fills in."""
@@ -260,42 +259,58 @@ def coordinator() -> Iterator[tuple[str, list[dict]]]:
     server.server_close()
 
 
-def shipped_mac(home: Path, loaded: list[str]) -> None:
-    """A Mac with the workers' code shipped (its --version says SHIPPED) and ``loaded``
-    agents running (the launchctl double gives each pid 4242)."""
-    python = home / "coordinator-worker" / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text(f"#!/bin/sh\necho worker {SHIPPED}\n")
-    python.chmod(0o755)
-    (home / "coordinator-worker" / "app").mkdir()
+def running_agents(home: Path, loaded: list[str]) -> None:
+    """A Mac whose launchd runs the ``loaded`` agents (the launchctl double gives each pid
+    4242)."""
+    home.mkdir(parents=True, exist_ok=True)
     (home / "launchctl.json").write_text(
         json.dumps({"loaded": loaded, "disabled": [], "calls": []}))
 
 
 def test_verify_reads_the_pid_launchd_runs_and_finds_it_registered(tmp_path, coordinator):
     url, workers = coordinator
-    shipped_mac(tmp_path, [WEB_LABEL, INFER_LABEL])
-    workers += [{"worker_id": worker_id, "host": "10.89.20.43", "version": SHIPPED,
-                 "alive": True, "pid": 4242}
-                for worker_id in ("web-worker-macbookair", "macbookair")]
+    running_agents(tmp_path, [WEB_LABEL, INFER_LABEL])
+    # Each registers with the version of the program the role ships.
+    shipped = {"web-worker-macbookair": worker_web.VERSION, "macbookair": worker_infer.VERSION}
+    workers += [{"worker_id": worker_id, "host": "10.89.20.43", "version": version,
+                 "alive": True, "pid": 4242} for worker_id, version in shipped.items()]
     output = play(tmp_path, BOTH, entry="verify", worker_coordinator_url=url)
     assert re.search(r"localhost\s*:.*\sfailed=0\s", output), output[-3000:]
     registered = json.loads((tmp_path / "registered.json").read_text())
     assert registered == {
         "web-worker": {"worker_id": "web-worker-macbookair", "host": "10.89.20.43",
-                       "version": SHIPPED, "pid": 4242},
+                       "version": worker_web.VERSION, "pid": 4242},
         "inference-worker": {"worker_id": "macbookair", "host": "10.89.20.43",
-                             "version": SHIPPED, "pid": 4242}}
+                             "version": worker_infer.VERSION, "pid": 4242}}
     # launchd asked through launchd_agent: print and print-disabled only.
     asked = calls(tmp_path)
     assert ["print", f"gui/501/{WEB_LABEL}"] in asked
     assert {c[0] for c in asked} == {"print", "print-disabled"}
 
 
+def test_verify_fails_for_a_worker_registered_with_another_version(tmp_path, coordinator):
+    url, workers = coordinator
+    running_agents(tmp_path, [WEB_LABEL, INFER_LABEL])
+    workers += [{"worker_id": "web-worker-macbookair", "host": "10.89.20.43",
+                 "version": "0.9-old", "alive": True, "pid": 4242},
+                {"worker_id": "macbookair", "host": "10.89.20.43",
+                 "version": worker_infer.VERSION, "alive": True, "pid": 4242}]
+    output = play(tmp_path, BOTH, entry="verify", worker_coordinator_url=url,
+                  worker_register_retries=1, worker_register_delay=0)
+    flat = " ".join(output.split())
+    assert (f"web-worker (web-worker-macbookair) on localhost is not registered alive with the "
+            f"Coordinator at {url} as host 10.89.20.43, version {worker_web.VERSION}, pid 4242 "
+            "(Coordinator says: {") in flat
+    assert "'version': '0.9-old'" in flat
+    # The other worker is listed as expected: the message names only the one that is not.
+    assert "inference-worker (macbookair) on localhost is not registered" not in flat
+    assert not (tmp_path / "registered.json").exists()
+
+
 def test_verify_of_an_agent_launchd_does_not_run_fails_at_once_with_its_log(tmp_path,
                                                                            coordinator):
     url, _ = coordinator
-    shipped_mac(tmp_path, [INFER_LABEL])
+    running_agents(tmp_path, [INFER_LABEL])
     log = tmp_path / "Library" / "Logs" / "coordinator" / "web-worker.log"
     log.parent.mkdir(parents=True)
     log.write_text("Traceback: the web worker died\n")

@@ -6,16 +6,22 @@
 over (names, ids, files, no secrets) and its environment, kept apart because it holds the
 passwords and the token and -vvv prints every loop item. ``systemd_units`` parses
 ``systemctl show``; ``worker_states`` joins the records with what systemd or launchd report,
-into the ``worker_status`` fact the role publishes.
+into the ``worker_status`` fact the role publishes. ``worker_versions``,
+``expected_registrations``, ``missing_registrations`` and ``registration_report`` are the
+registration check (tasks/verify.yml): what the Coordinator must list, what it does not, and
+the message that says so.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from ansible.errors import AnsibleFilterError
 
 # The programs' shared contract (files/, beside roles/), for the worker tokens' derivation:
 # the Coordinator checks them with the same function.
@@ -193,6 +199,115 @@ def worker_env_value(result: Mapping[str, Any], name: str) -> str | None:
     return value or None
 
 
+def script_version(source: str) -> str | None:
+    """A worker program's version: the string its top-level ``VERSION = "..."`` assigns (the
+    one place the banner, --version and the registration read it from); None without one."""
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+                and any(isinstance(target, ast.Name) and target.id == "VERSION"
+                        for target in node.targets)):
+            return node.value.value
+    return None
+
+
+def worker_versions(source_dir: str, scripts: Iterable[str]) -> dict[str, str]:
+    """script -> version of each program in the controller's ``source_dir``: the code the role
+    ships, so the version a freshly started worker must register with."""
+    versions = {}
+    for script in sorted(set(scripts)):
+        path = Path(source_dir) / script
+        try:
+            version = script_version(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError) as error:
+            raise AnsibleFilterError(f"cannot read the version of {path}: {error}") from error
+        if version is None:
+            raise AnsibleFilterError(f'{path} has no top-level VERSION = "..." to read the '
+                                     "version the worker registers with from")
+        versions[script] = version
+    return versions
+
+
+def expected_registrations(states: Sequence[Mapping[str, Any]], *, versions: Mapping[str, str],
+                           envs: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
+    """What the Coordinator must list alive for each worker of ``states`` (worker_states'
+    records): worker_id, host, the ``version`` of its program (``versions``: script ->
+    version) and the ``pid`` its service manager runs (0: none); with the worker's name,
+    unit and log, and ``url``, the Coordinator it registers with (COORDINATOR_URL of its
+    environment in ``envs``, no trailing slash)."""
+    return [{"name": state["name"], "unit": state["unit"], "log": state["log"],
+             "url": str(envs[state["name"]].get("COORDINATOR_URL", "")).rstrip("/"),
+             "worker_id": state["worker_id"], "host": state["host"],
+             "version": versions[state["script"]], "pid": int(state["pid"])}
+            for state in states]
+
+
+def registered_workers(expected: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """name -> {worker_id, host, version, pid}: the ``worker_registered`` fact, once the
+    Coordinator lists every registration of ``expected``."""
+    return {e["name"]: {key: e[key] for key in ("worker_id", "host", "version", "pid")}
+            for e in expected}
+
+
+def _listed_workers(answer: Any) -> list[Mapping[str, Any]]:
+    """The workers of a GET /workers answer: a list, or an object with a ``workers`` list."""
+    workers = answer.get("workers") if isinstance(answer, Mapping) else answer
+    return [w for w in workers if isinstance(w, Mapping)] if isinstance(workers, list) else []
+
+
+def _is_listed(expected: Mapping[str, Any], answer: Any) -> bool:
+    return expected["pid"] != 0 and any(
+        w.get("alive") and (w.get("worker_id"), w.get("host"), w.get("version"))
+        == (expected["worker_id"], expected["host"], expected["version"])
+        and str(w.get("pid")) == str(expected["pid"])
+        for w in _listed_workers(answer))
+
+
+def missing_registrations(expected: Sequence[Mapping[str, Any]],
+                          answers: Iterable[Any]) -> list[Mapping[str, Any]]:
+    """The ``expected`` registrations that no GET /workers answer of ``answers`` lists alive,
+    with the same host, version and pid. A worker no process runs (pid 0) is always missing."""
+    answers = list(answers)
+    return [e for e in expected if not any(_is_listed(e, answer) for answer in answers)]
+
+
+def registration_report(missing: Sequence[Mapping[str, Any]], *, hostname: str,
+                        registry: Sequence[Mapping[str, Any]] = (),
+                        logs: Sequence[Mapping[str, Any]] = ()) -> str:
+    """One line per worker of ``missing`` (expected_registrations' records, or bare worker
+    records when the check stopped before knowing more): what was expected, what the
+    Coordinator says of it and its last log lines. ``registry`` holds the results of GET
+    /workers looped over the Coordinators' URLs, ``logs`` those of the log reads looped over
+    the missing workers."""
+    answers = {r.get("item"): r for r in registry if isinstance(r, Mapping)}
+    log_lines = {r["item"]["name"]: r.get("stdout_lines") or [] for r in logs
+                 if isinstance(r, Mapping) and isinstance(r.get("item"), Mapping)}
+    lines = []
+    for worker in missing:
+        url = worker.get("url", "")
+        result = answers.get(url)
+        if result is not None and result.get("status") == 200:
+            listed = [w for w in _listed_workers(result.get("json"))
+                      if w.get("worker_id") == worker["worker_id"]]
+            says = listed[0] if listed else "not registered"
+        elif result is not None:
+            detail = result.get("json", {}).get("detail") if isinstance(
+                result.get("json"), Mapping) else None
+            says = " ".join(str(part) for part in (result.get("msg") or "no answer", detail)
+                            if part)
+        else:
+            says = "no answer"
+        pid = worker.get("pid", "?")
+        if pid == 0:
+            pid = "? (no process runs it)"
+        lines.append(
+            f"{worker['name']} ({worker['worker_id']}) on {hostname} is not registered alive "
+            f"with the Coordinator at {url or '?'} as host {worker.get('host', '?')}, version "
+            f"{worker.get('version', '?')}, pid {pid} (Coordinator says: {says}); its last log "
+            f"lines: {' | '.join(log_lines.get(worker['name'], []))}")
+    return "; ".join(lines)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -200,4 +315,9 @@ class FilterModule:
             "systemd_units": systemd_units,
             "worker_states": worker_states,
             "worker_env_value": worker_env_value,
+            "worker_versions": worker_versions,
+            "expected_registrations": expected_registrations,
+            "missing_registrations": missing_registrations,
+            "registered_workers": registered_workers,
+            "registration_report": registration_report,
         }
