@@ -55,6 +55,17 @@ def module_doc(name: str) -> dict:
     return json.loads(out.stdout)[name]
 
 
+def assert_options_documented(doc: dict, spec: dict) -> None:
+    """A module's documented options are ``spec``: the same names, types, defaults and
+    required flags."""
+    options = doc["doc"]["options"]
+    assert sorted(options) == sorted(spec)
+    for name, coded in spec.items():
+        assert options[name]["type"] == coded["type"], name
+        assert options[name].get("default") == coded.get("default"), name
+        assert options[name].get("required", False) == coded.get("required", False), name
+
+
 def load_module(name: str) -> ModuleType:
     """library/<name>.py imported (tests/conftest.py makes module_utils importable where
     Ansible puts them)."""

@@ -19,7 +19,7 @@ from ansible.errors import AnsibleActionFail
 from action_plugins import sync_tree as action
 from library import sync_tree as module
 
-from ..library_kit import module_doc
+from ..library_kit import assert_options_documented, module_doc
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -246,12 +246,7 @@ def test_documentation_matches_the_argument_spec_and_the_results(
     tree: Path, tmp_path: Path
 ) -> None:
     doc = module_doc("sync_tree")
-    options = doc["doc"]["options"]
-    assert sorted(options) == sorted(module.ARGUMENT_SPEC)
-    for name, spec in module.ARGUMENT_SPEC.items():
-        assert options[name]["type"] == spec["type"], name
-        assert options[name].get("default") == spec.get("default"), name
-        assert options[name].get("required", False) == spec.get("required", False), name
+    assert_options_documented(doc, module.ARGUMENT_SPEC)
     assert tuple(module.ARGUMENT_SPEC["exclude"]["default"]) == action.DEFAULT_EXCLUDE
     rc, result, _ = run_sync(tmp_path, {"src": str(tree), "dest": str(tmp_path / "d")})
     assert rc == 0
