@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import io
 import os
 import tarfile
 import tempfile
@@ -69,10 +70,33 @@ def build_manifest(
     return manifest
 
 
-def write_archive(src: str, relpaths: list[str], archive: str) -> None:
-    """An uncompressed tar of relpaths (wheels do not compress); names only, no owners or times."""
+def content_manifest(content: Any) -> dict[str, str]:
+    """Relative path → SHA-256 of each text of ``content`` (relative path → text, UTF-8)."""
+    if not isinstance(content, dict) or not content:
+        raise AnsibleActionFail("sync_tree: content must map relative paths to their texts")
+    manifest = {}
+    for relpath, text in content.items():
+        parts = PurePosixPath(str(relpath)).parts
+        if not parts or str(relpath).startswith("/") or ".." in parts:
+            raise AnsibleActionFail(
+                f"sync_tree: content key {relpath!r} must be a path relative to dest, without '..'"
+            )
+        manifest[str(relpath)] = hashlib.sha256(str(text).encode()).hexdigest()
+    return manifest
+
+
+def write_archive(src: str | None, relpaths: list[str], archive: str,
+                  content: dict[str, str] | None = None) -> None:
+    """An uncompressed tar of relpaths (wheels do not compress); names only, no owners or times.
+    Each member is the file under ``src``, or its text in ``content``."""
     with tarfile.open(archive, "w") as tar:
         for relpath in relpaths:
+            if content is not None:
+                data = str(content[relpath]).encode()
+                info = tarfile.TarInfo(relpath)
+                info.size, info.mode = len(data), 0o600
+                tar.addfile(info, io.BytesIO(data))
+                continue
             info = tar.gettarinfo(os.path.join(src, relpath), arcname=relpath)
             info.uid = info.gid = 0
             info.uname = info.gname = ""
@@ -83,18 +107,26 @@ def write_archive(src: str, relpaths: list[str], archive: str) -> None:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False  # a remote temporary directory is made only when files must be sent
     _VALID_ARGS = frozenset(
-        ("src", "dest", "files", "exclude", "owner", "group", "mode", "directory_mode")
+        ("src", "content", "dest", "files", "exclude", "owner", "group", "mode",
+         "directory_mode")
     )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
-        if not args.get("src") or not args.get("dest"):
-            raise AnsibleActionFail("sync_tree: src and dest are required")
-        src = self._find_needle("files", os.path.expanduser(str(args["src"]).rstrip("/") or "/"))
+        # The texts stay on the controller: only their hashes reach the module's arguments.
+        content = args.pop("content", None)
+        if not args.get("dest") or (content is None) == (not args.get("src")):
+            raise AnsibleActionFail("sync_tree: dest is required, and one of src or content")
         exclude = args.get("exclude", list(DEFAULT_EXCLUDE))
-        manifest = build_manifest(src, args.get("files"), exclude)
+        if content is not None:
+            src = None
+            manifest = content_manifest(content)
+        else:
+            src = self._find_needle(
+                "files", os.path.expanduser(str(args["src"]).rstrip("/") or "/"))
+            manifest = build_manifest(src, args.get("files"), exclude)
         module_args = {**args, "src": src, "exclude": exclude, "manifest": manifest}
         result.update(
             self._execute_module("sync_tree", module_args=module_args, task_vars=task_vars)
@@ -104,7 +136,7 @@ class ActionModule(ActionBase):
             return result
         with tempfile.TemporaryDirectory(prefix="sync_tree.") as local_dir:
             local_archive = os.path.join(local_dir, "files.tar")
-            write_archive(src, stale, local_archive)
+            write_archive(src, stale, local_archive, content)
             try:
                 if self._connection._shell.tmpdir is None:
                     self._make_tmp_path()

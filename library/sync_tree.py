@@ -26,8 +26,16 @@ options:
     description:
       - Directory on the controller. A relative path is looked up like M(ansible.builtin.copy)'s
         O(src) (the role's C(files/), then the playbook's directory).
+      - One of O(src) and O(content) is required.
     type: path
-    required: true
+  content:
+    description:
+      - Instead of O(src), the files' texts, by path relative to O(dest) (each written as
+        UTF-8), for example templates rendered with P(ansible.builtin.template#lookup).
+      - The texts stay on the controller; only their hashes are module arguments, and the
+        files that differ travel in the archive. Secrets in them still need C(no_log) on
+        the task, which hides the registered result.
+    type: dict
   dest:
     description:
       - Directory on the target; it is created with its parents when missing.
@@ -259,7 +267,8 @@ def run(module: AnsibleModule) -> dict[str, Any]:
 
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    "src": {"type": "path", "required": True},
+    "src": {"type": "path"},
+    "content": {"type": "dict"},
     "dest": {"type": "path", "required": True},
     "files": {"type": "list", "elements": "str"},
     "exclude": {"type": "list", "elements": "str", "default": ["__pycache__", "*.pyc"]},

@@ -222,6 +222,39 @@ def test_first_run_ships_second_changes_nothing_then_only_the_difference(
     assert (dest / "pkg" / "sub" / "b.bin").stat().st_ino == untouched
 
 
+def test_content_is_written_like_files_and_never_reaches_the_module_arguments(
+    tmp_path: Path
+) -> None:
+    dest = tmp_path / "etc"
+    texts = {"a.env": "TOKEN=s3cret-of-the-test\n", "b.service": "[Unit]\n"}
+    args = {"content": texts, "dest": str(dest), "mode": "0600"}
+    rc, first, _ = run_sync(tmp_path, args)
+    assert rc == 0 and first["changed"] is True and first["updated"] == ["a.env", "b.service"]
+    assert (dest / "a.env").read_text() == texts["a.env"]
+    assert oct((dest / "a.env").stat().st_mode & 0o777) == "0o600"
+    # What the module was given: the hashes, not the texts.
+    assert "s3cret-of-the-test" not in json.dumps(first["invocation"])
+    assert first["invocation"]["module_args"]["content"] is None
+
+    rc, second, _ = run_sync(tmp_path, args)
+    assert rc == 0 and second["changed"] is False and second["updated"] == []
+    rc, third, _ = run_sync(tmp_path, args | {"content": texts | {"b.service": "[Unit]\n#\n"}})
+    assert rc == 0 and third["updated"] == ["b.service"]
+    assert (dest / "b.service").read_text() == "[Unit]\n#\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"dest": "/tmp/x"}, "sync_tree: dest is required, and one of src or content"),
+    ({"dest": "/tmp/x", "src": "/tmp", "content": {"a": "b"}},
+     "sync_tree: dest is required, and one of src or content"),
+    ({"dest": "/tmp/x", "content": {"../a": "b"}},
+     "sync_tree: content key '../a' must be a path relative to dest, without '..'"),
+])
+def test_src_or_content_and_their_errors(tmp_path: Path, args: dict, message: str) -> None:
+    rc, result, _ = run_sync(tmp_path, args)
+    assert rc == 2 and result["msg"] == message
+
+
 def test_check_mode_reports_and_writes_nothing(tree: Path, tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     rc, result, _ = run_sync(
