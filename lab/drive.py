@@ -146,9 +146,17 @@ def current_test() -> str:
     return os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].rsplit("::", 1)[-1]
 
 
-def interrupt(proc: subprocess.Popen) -> None:
-    """Ctrl-C, as a user presses it."""
+def interrupt(proc: subprocess.Popen, again_after: float = 5, presses: int = 3) -> None:
+    """Ctrl-C, as a user presses it: again after ``again_after`` seconds while the playbook
+    still runs, up to ``presses`` times. Ansible turns SIGINT into a KeyboardInterrupt raised
+    wherever its main thread is; when that is a garbage collector's callback, Python prints
+    "Exception ignored in: ..." and the run goes on, as a user then sees and presses again."""
     proc.send_signal(signal.SIGINT)
+    if presses > 1:
+        timer = threading.Timer(again_after, lambda: proc.poll() is None and interrupt(
+            proc, again_after, presses - 1))
+        timer.daemon = True
+        timer.start()
 
 
 @dataclass
