@@ -8,6 +8,7 @@ The module's documentation is in library/apt_present.py.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,6 +18,27 @@ from ansible.plugins.action import ActionBase
 # A bare package name (Debian Policy 5.6.1); anything else (a version, a release, an
 # architecture, a glob) only apt can check.
 PLAIN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
+# dpkg's own view of each package (dpkg-query expands the \t and \n): name, version,
+# architecture, then its state in three letters (wanted, current, error flag); a current
+# state "i" is installed and configured.
+DPKG_FORMAT = r"${Package}\t${Version}\t${Architecture}\t${db:Status-Abbrev}\n"
+
+
+def installed_packages(dpkg_output: str) -> dict[str, list[dict[str, str]]]:
+    """``dpkg-query`` lines (DPKG_FORMAT) -> package name -> its installed versions, in the
+    shape of ``ansible.builtin.package_facts``. A package removed with its configuration
+    kept, half-installed or failed is not installed: apt is asked about it."""
+    packages: dict[str, list[dict[str, str]]] = {}
+    for line in dpkg_output.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 4 or fields[3][1:2] != "i":
+            continue
+        name, version, arch = fields[:3]
+        packages.setdefault(name, []).append(
+            {"name": name, "version": version, "arch": arch, "source": "apt"})
+    return packages
 
 
 def missing_packages(names: Iterable[str], installed: Mapping[str, Any]) -> list[str]:
@@ -37,13 +59,18 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
-    def _read_packages(self, task_vars: dict[str, Any]) -> dict[str, Any]:
-        read = self._execute_module("ansible.builtin.package_facts",
-                                    module_args={"manager": ["apt"]}, task_vars=task_vars)
-        if read.get("failed"):
-            raise AnsibleActionFail("apt_present: cannot read the installed packages: "
-                                    f"{read.get('msg', read)}")
-        return read["ansible_facts"]["packages"]
+    def _read_packages(self) -> dict[str, list[dict[str, str]]]:
+        # One dpkg-query over the connection, no module and no privileges: a third of what
+        # package_facts costs, which loads apt's whole cache in Python.
+        read = self._low_level_execute_command(
+            f"LC_ALL=C dpkg-query --show --showformat={shlex.quote(DPKG_FORMAT)}",
+            sudoable=False)
+        if read["rc"] != 0:
+            said = (read.get("stderr") or read.get("stdout") or "").strip()
+            raise AnsibleActionFail(
+                f"apt_present: cannot read the installed packages with dpkg-query "
+                f"(rc {read['rc']}): {said or 'no output'}; the module needs a Debian host")
+        return installed_packages(read["stdout"])
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -56,7 +83,7 @@ class ActionModule(ActionBase):
         installed = (task_vars.get("ansible_facts") or {}).get("packages")
         facts: dict[str, Any] = {}
         if not isinstance(installed, Mapping):
-            installed = facts["packages"] = self._read_packages(task_vars)
+            installed = facts["packages"] = self._read_packages()
         missing = missing_packages(names, installed)
         result.update(changed=False, missing=missing)
         if missing:
@@ -69,7 +96,7 @@ class ActionModule(ActionBase):
             result.update({key: value for key, value in installing.items()
                            if key not in ("invocation", "ansible_facts")})
             if installing.get("changed") and not self._task.check_mode:
-                facts["packages"] = self._read_packages(task_vars)
+                facts["packages"] = self._read_packages()
         if facts:
             result["ansible_facts"] = facts
         return result

@@ -12,17 +12,20 @@ description:
   - Makes sure Debian packages are installed, like M(ansible.builtin.apt) with
     O(ansible.builtin.apt#module:state=present), but without a module run on the target when
     the host's package facts already list every one of them.
-  - The first time in a run it reads the host's packages with M(ansible.builtin.package_facts)
-    and returns them as the fact C(ansible_facts.packages), which later tasks, this module's
-    among them, read for free. Each M(ansible.builtin.apt) run costs about as much as that one
-    read, so on a host where several roles each need a few packages, one read replaces them
-    all once everything is installed.
+  - The first time in a run it lists the host's packages with one C(dpkg-query) over the
+    connection (no module run, no privileges) and returns them as the fact
+    C(ansible_facts.packages), in the shape M(ansible.builtin.package_facts) gives, which later
+    tasks, this module's among them, read for free. On a host where several roles each need a
+    few packages, that one read replaces an M(ansible.builtin.apt) run per task once everything
+    is installed.
   - When a package is missing it runs M(ansible.builtin.apt) for the missing ones, then reads
     the packages again, so the fact stays true for the tasks after it.
+  - A package counts as installed when dpkg says it is installed and configured; one removed
+    with its configuration kept, unpacked or half-configured is given to M(ansible.builtin.apt).
   - A name with a version, a release or an architecture (C(=), C(<), C(>), C(:), C(/), C(*))
     cannot be checked against the facts; M(ansible.builtin.apt) is always asked about it.
-  - This module is the action plugin of the same name; it runs on the controller and calls
-    M(ansible.builtin.package_facts) and M(ansible.builtin.apt) on the target.
+  - This module is the action plugin of the same name; it runs on the controller, runs
+    C(dpkg-query) and M(ansible.builtin.apt) on the target.
 version_added: "0.2.0"
 options:
   name:
@@ -95,12 +98,14 @@ missing:
   elements: str
   sample: [acl]
 ansible_facts:
-  description: The host's packages, as M(ansible.builtin.package_facts) returns them.
+  description:
+    - The host's installed packages as C(dpkg-query) lists them, in the shape of
+      M(ansible.builtin.package_facts) (name, version, arch, source).
   returned: when the packages were read (the first time in a run, and after an install)
   type: dict
   contains:
     packages:
-      description: Package name -> list of its installed versions.
+      description: Package name -> list of its installed versions (one per architecture).
       returned: when the packages were read
       type: dict
 """

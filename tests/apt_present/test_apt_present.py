@@ -27,6 +27,23 @@ def test_a_package_is_missing_unless_the_facts_list_its_bare_name(names, missing
     assert action.missing_packages(names, INSTALLED) == missing
 
 
+def test_only_packages_dpkg_calls_installed_are_installed():
+    dpkg = ("bash\t5.2.15-2+b7\tamd64\tii \n"
+            "libc6\t2.36-9\tamd64\tii \n"
+            "libc6\t2.36-9\ti386\thi \n"
+            "redis-server\t5:7.0.15-1\tamd64\trc \n"   # removed, its configuration kept
+            "acl\t2.3.1-3\tamd64\tiU \n"               # unpacked, not configured
+            "nginx\t1.22.1-9\tamd64\tiF \n"            # half-configured
+            "garbage line\n")
+    installed = action.installed_packages(dpkg)
+    assert sorted(installed) == ["bash", "libc6"]
+    assert installed["libc6"] == [
+        {"name": "libc6", "version": "2.36-9", "arch": "amd64", "source": "apt"},
+        {"name": "libc6", "version": "2.36-9", "arch": "i386", "source": "apt"}]
+    assert action.missing_packages(["bash", "redis-server", "acl", "nginx"], installed) == [
+        "redis-server", "acl", "nginx"]
+
+
 def test_documentation_matches_the_argument_spec():
     doc = module_doc("apt_present")
     assert_options_documented(doc, action.ARGUMENT_SPEC)
@@ -69,7 +86,7 @@ def test_the_first_task_reads_the_packages_the_next_ones_need_no_module_run(tmp_
     first, second, unknown = (task["hosts"]["localhost"] for task in tasks)
     assert (first["changed"], first["missing"]) == (False, [])
     assert "bash" in first["ansible_facts"]["packages"]
-    # The second read the facts the first returned: no package_facts, no apt.
+    # The second read the facts the first returned: no dpkg-query, no apt.
     assert (second["changed"], second["missing"]) == (False, [])
     assert "ansible_facts" not in second
     # apt asked about the missing one only, and its message is the one the user sees.
@@ -77,3 +94,24 @@ def test_the_first_task_reads_the_packages_the_next_ones_need_no_module_run(tmp_
     assert unknown["missing"] == ["no-such-package-of-the-apt-present-test"]
     assert "No package matching 'no-such-package-of-the-apt-present-test' is available" in (
         unknown["msg"])
+
+
+def test_a_host_where_dpkg_cannot_answer_is_named_with_what_dpkg_said(tmp_path):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAYBOOK.split("    - name: second")[0])
+    fake = tmp_path / "bin" / "dpkg-query"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'dpkg-query: error: parsing file /var/lib/dpkg/status' >&2\n"
+                    "exit 2\n")
+    fake.chmod(0o755)
+    env = module_env(tmp_path, ANSIBLE_ACTION_PLUGINS=str(REPO / "action_plugins"))
+    env["PATH"] = f"{fake.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    run = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "--check",
+         "-e", "ansible_python_interpreter=/usr/bin/python3", str(playbook)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180, check=False)
+    assert run.returncode == 2, (run.stdout + run.stderr)[-3000:]
+    (task,) = json.loads(run.stdout)["plays"][0]["tasks"]
+    assert task["hosts"]["localhost"]["msg"] == (
+        "apt_present: cannot read the installed packages with dpkg-query (rc 2): dpkg-query: "
+        "error: parsing file /var/lib/dpkg/status; the module needs a Debian host")
