@@ -101,6 +101,22 @@ def test_systemd_states_say_installed_enabled_running_and_pid():
         "installed": True, "enabled": True, "running": False, "pid": 0}
 
 
+def test_systemd_states_from_the_systemd_service_results_read_the_same():
+    # The state task's own reads (tasks/linux.yml), used when it changed nothing: the same
+    # properties as `systemctl show`, as a mapping a unit.
+    infer, web = records("inference-worker", "web-worker")
+    units = worker.systemd_units(SHOW)
+    results = [{"item": infer, "changed": False, "status": units[infer["unit"]]},
+               {"item": web, "changed": False, "status": units[web["unit"]]}]
+    assert worker.worker_states([infer, web], systemd=results) == worker.worker_states(
+        [infer, web], systemd_show=SHOW)
+    # A fresh `systemctl show` wins over the earlier reads.
+    stopped = SHOW.replace("MainPID=812", "MainPID=0").replace("ActiveState=active",
+                                                                 "ActiveState=inactive", 1)
+    [state, _] = worker.worker_states([infer, web], systemd_show=stopped, systemd=results)
+    assert (state["running"], state["pid"]) == (False, 0)
+
+
 def test_a_unit_systemd_does_not_know_is_not_installed():
     show = "Id=web-worker.service\nLoadState=not-found\nActiveState=inactive\nMainPID=0\n"
     [state] = worker.worker_states(records("web-worker"), systemd_show=show)

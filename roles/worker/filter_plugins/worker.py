@@ -156,13 +156,21 @@ def worker_states(
     records: Sequence[Mapping[str, Any]],
     *,
     systemd_show: str | None = None,
+    systemd: Sequence[Mapping[str, Any]] | None = None,
     launchd: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each record with what its service manager reports now: ``installed`` (its unit or
     plist exists), ``enabled`` (starts at boot or login), ``running`` and ``pid`` (0 when not
-    running). Linux: ``systemd_show``, the output of `systemctl show` for the units. macOS:
-    ``launchd``, the registered results of launchd_agent looped over the records."""
-    units = systemd_units(systemd_show) if systemd_show is not None else None
+    running). Linux: ``systemd_show``, the output of `systemctl show` for the units, or else
+    ``systemd``, the registered results of systemd_service looped over the records (its
+    ``status`` is the unit as it was before the task acted: current only when none changed).
+    macOS: ``launchd``, the registered results of launchd_agent looped over the records."""
+    if systemd_show is not None:
+        units = systemd_units(systemd_show)
+    elif systemd is not None:
+        units = {r["item"]["unit"]: r.get("status") or {} for r in systemd}
+    else:
+        units = None
     agents = {r["item"]["label"]: r.get("status", {}) for r in launchd or ()}
     states = []
     for record in records:
