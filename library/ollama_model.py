@@ -63,6 +63,14 @@ options:
       - Listing and deleting models use the smaller of this and 30 seconds.
     type: int
     default: 3600
+  wait:
+    description:
+      - Seconds to keep asking while O(host) cannot be reached (refused, reset, not answering),
+        as while a server just started or restarted opens its port: asked again every second.
+      - V(0) asks once.
+    type: int
+    default: 0
+    version_added: "0.3.0"
   insecure:
     description:
       - Let Ollama pull from a registry over plain HTTP or with an unverified certificate
@@ -111,6 +119,11 @@ EXAMPLES = r"""
     - nomic-embed-text
   loop_control:
     label: "{{ item }}"
+
+- name: Pull the model once the server just restarted answers (at most a minute)
+  ollama_model:
+    name: llama3.2:3b
+    wait: 60
 
 - name: Remove a model no worker uses any more
   ollama_model:
@@ -187,7 +200,7 @@ msg:
 import json
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.error import HTTPError, URLError
@@ -359,6 +372,23 @@ def unreachable_message(url: str, reason: object) -> str:
     )
 
 
+def tags_when_reachable(client: OllamaClient, wait: float,
+                        clock: Callable[[], float] = time.monotonic,
+                        sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """``GET /api/tags``, asked again every second while the server cannot be reached, for at
+    most ``wait`` seconds; then the last unreachable error, saying how long it waited."""
+    deadline = clock() + wait
+    while True:
+        try:
+            return client.tags()
+        except OllamaUnreachable as exc:
+            if clock() >= deadline:
+                if wait > 0:
+                    raise OllamaUnreachable(f"{exc}; waited {wait:g} s") from exc
+                raise
+        sleep(1)
+
+
 def model_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
     if entry is None:
         return None
@@ -466,7 +496,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         normalize_url(params["host"]), params["timeout"], params["validate_certs"]
     )
     try:
-        entry = find_model(name, client.tags())
+        entry = find_model(name, tags_when_reachable(client, params["wait"]))
     except OllamaUnreachable:
         raise
     except OllamaError as exc:
@@ -518,6 +548,7 @@ def main() -> None:
             "digest": {"type": "str"},
             "host": {"type": "str", "default": "http://127.0.0.1:11434"},
             "timeout": {"type": "int", "default": 3600},
+            "wait": {"type": "int", "default": 0},
             "insecure": {"type": "bool", "default": False},
             "validate_certs": {"type": "bool", "default": True},
         },
@@ -526,6 +557,8 @@ def main() -> None:
     timeout = module.params["timeout"]
     if timeout <= 0:
         module.fail_json(msg=f"timeout must be a positive number of seconds, got {timeout}")
+    if module.params["wait"] < 0:
+        module.fail_json(msg=f"wait must be 0 or more seconds, got {module.params['wait']}")
     try:
         result = run(module)
     except OllamaError as exc:

@@ -90,10 +90,11 @@ def run_playbook(tmp_path: Path):
         playbook: list[dict[str, Any]],
         extra_vars: dict[str, Any] | None = None,
         path_prefix: Path | None = None,
+        check: bool = False,
     ) -> tuple[int, list[dict[str, Any]], str]:
         path = tmp_path / "playbook.yml"
         path.write_text(json.dumps(playbook))
-        command = [str(VENV_BIN / "ansible-playbook"), str(path)]
+        command = [str(VENV_BIN / "ansible-playbook"), str(path), *(["--check"] if check else [])]
         if extra_vars is not None:
             command += ["--extra-vars", json.dumps(extra_vars)]
         env = module_env(tmp_path)

@@ -195,6 +195,56 @@ def test_unreachable_message_uses_the_plain_reason():
     )
 
 
+class StartingServer:
+    """A client whose server refuses ``refusals`` times, then lists its models."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.asked = refusals, 0
+
+    def tags(self) -> dict:
+        self.asked += 1
+        if self.asked <= self.refusals:
+            raise om.OllamaUnreachable(
+                "Ollama not reachable at http://127.0.0.1:11434: is the service running / is "
+                "OLLAMA_HOST right? (Connection refused)")
+        return TAGS
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_tags_are_asked_again_each_second_while_the_server_starts():
+    clock, server = Clock(), StartingServer(refusals=3)
+    assert om.tags_when_reachable(server, 10, clock, clock.sleep) == TAGS
+    assert (server.asked, clock.now) == (4, 3.0)
+
+
+def test_a_server_that_never_answers_fails_saying_how_long_it_waited():
+    clock, server = Clock(), StartingServer(refusals=100)
+    with pytest.raises(om.OllamaUnreachable) as failure:
+        om.tags_when_reachable(server, 5, clock, clock.sleep)
+    assert str(failure.value) == (
+        "Ollama not reachable at http://127.0.0.1:11434: is the service running / is "
+        "OLLAMA_HOST right? (Connection refused); waited 5 s")
+    assert server.asked == 6
+
+
+def test_without_a_wait_the_tags_are_asked_once():
+    clock, server = Clock(), StartingServer(refusals=1)
+    with pytest.raises(om.OllamaUnreachable) as failure:
+        om.tags_when_reachable(server, 0, clock, clock.sleep)
+    assert str(failure.value).endswith("(Connection refused)")
+    assert server.asked == 1
+
+
 def test_model_summary():
     assert om.model_summary(None) is None
     assert om.model_summary(TAGS["models"][1]) == {"name": HF, "digest": "bb", "size": 20}

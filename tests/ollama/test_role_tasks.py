@@ -6,6 +6,7 @@ The systemd and launchd parts need a real service manager; the Molecule scenario
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -38,6 +39,11 @@ def role_play(tasks_from: str, facts: dict[str, Any] = DEBIAN) -> list[dict[str,
     ]
 
 
+def pulls(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-model results of the role's pull task (the first looped task)."""
+    return next(result["results"] for result in results if "results" in result)
+
+
 def test_models_are_pulled_once_through_the_role(standin, run_playbook):
     settings = {
         "ollama_host": standin.url.removeprefix("http://"),
@@ -45,13 +51,13 @@ def test_models_are_pulled_once_through_the_role(standin, run_playbook):
     }
     rc, results, output = run_playbook(role_play("models.yml"), settings)
     assert rc == 0, output
-    pulls = results[-1]["results"]
-    assert [(r["item"], r["changed"]) for r in pulls] == [(HF, False), ("llama3.2:3b", True)]
+    assert [(r["item"], r["changed"]) for r in pulls(results)] == [
+        (HF, False), ("llama3.2:3b", True)]
     assert model_names(standin) == sorted([HF, "llama3.2:3b"])
 
     rc, results, output = run_playbook(role_play("models.yml"), settings)
     assert rc == 0, output
-    assert [r["changed"] for r in results[-1]["results"]] == [False, False]
+    assert [r["changed"] for r in pulls(results)] == [False, False]
     assert standin.config()["requests"]["/api/pull"] == 1
 
 
@@ -63,8 +69,29 @@ def test_models_pull_error_fails_the_play(standin, run_playbook):
     }
     rc, results, output = run_playbook(role_play("models.yml"), settings)
     assert rc != 0, output
-    failed = results[-1]["results"][0]
+    failed = pulls(results)[0]
     assert failed["msg"] == "Ollama could not pull needs-mac:1b: this model requires macOS"
+
+
+def test_a_server_that_does_not_answer_fails_after_the_wait_and_check_mode_reports_it(
+        run_playbook):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = {"ollama_host": f"127.0.0.1:{port}", "ollama_models": [HF],
+                "ollama_api_wait_retries": 2, "ollama_api_wait_delay": 1}
+    rc, results, output = run_playbook(role_play("models.yml"), settings)
+    assert rc != 0, output
+    [failed] = pulls(results)
+    assert failed["msg"] == (
+        f"Ollama not reachable at http://127.0.0.1:{port}: is the service running / is "
+        "OLLAMA_HOST right? (Connection refused); waited 2 s")
+    # In check mode nothing was started: asked once, said, not failed.
+    rc, results, output = run_playbook(role_play("models.yml"), settings, check=True)
+    assert rc == 0, output
+    [reported] = pulls(results)
+    assert reported["msg"].endswith("(Connection refused)"), reported
+    assert not reported.get("failed"), reported
 
 
 def test_preflight_accepts_good_settings(run_playbook):
