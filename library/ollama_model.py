@@ -66,7 +66,8 @@ options:
   wait:
     description:
       - Seconds to keep asking while O(host) cannot be reached (refused, reset, not answering),
-        as while a server just started or restarted opens its port: asked again every second.
+        as while a server just started or restarted opens its port; it is asked again every
+        second.
       - V(0) asks once.
     type: int
     default: 0
