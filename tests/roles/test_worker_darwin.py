@@ -22,6 +22,8 @@ import worker_infer
 import worker_web
 import yaml
 
+from tests.filter_kit import worker
+
 from .conftest import HERE, REPO, run
 
 PLAYBOOK = HERE / "playbooks" / "darwin.yml"
@@ -131,6 +133,8 @@ def test_plist_has_every_key_and_the_environment(runs):
         "WORKER_ID": "web-worker-macbookair",
         "WORKER_HOST": "10.89.20.43",
         "SHUTDOWN_TIMEOUT": "30",
+        "WORKER_CODE_DIGEST": worker.worker_code_digest(
+            str(REPO / "files"), ROLE_DEFAULTS["worker_files"] + ["requirements-worker.txt"]),
     }
     # launchd waits that long plus 10 s after SIGTERM, then kills it.
     assert data["ExitTimeOut"] == 40

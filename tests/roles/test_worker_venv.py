@@ -89,3 +89,42 @@ def test_code_shipped_earlier_in_the_same_run_still_restarts_the_workers(tmp_pat
     _, restarted = run()
     for label in (WEB_LABEL, INFER_LABEL):
         assert ["kickstart", "-k", f"gui/501/{label}"] in restarted, restarted
+
+
+def test_a_worker_another_run_left_on_older_code_restarts_at_the_next_converge(tmp_path):
+    # A move ships new code to a host and restarts only the web worker there; the host's
+    # inference worker keeps running the code it started with. Its environment still holds
+    # the older code's digest, so the next converge of both restarts it.
+    source = tmp_path / "files"
+    source.mkdir()
+    (source / "requirements-worker.txt").write_text("# no dependency: the virtualenv alone\n")
+    programs = ["worker_web.py", "worker_infer.py"]
+    for name in programs:
+        (source / name).write_text("# version 1\n")
+    home = tmp_path / "mac"
+    home.mkdir()
+    (home / "launchctl.json").write_text(json.dumps({"loaded": [], "disabled": [], "calls": []}))
+    settings = {"worker_source_dir": str(source), "worker_files": programs,
+                "worker_python": sys.executable, "test_user": getpass.getuser(),
+                "worker_register_check": False}
+
+    def run(instances: list[dict]) -> list[list[str]]:
+        before = len(calls(home))
+        play(home, instances, entry="install_then_main", **settings)
+        return calls(home)[before:]
+
+    def touched(run_calls: list[list[str]], label: str) -> bool:
+        return any(c[0] in ("kickstart", "bootstrap", "bootout") and f"gui/501/{label}" in c
+                   for c in run_calls)
+
+    run(BOTH)
+    (source / "worker_base_shared.py").write_text("")  # not shipped: no restart
+    assert not touched(run(BOTH), WEB_LABEL)
+    (source / "worker_infer.py").write_text("# version 2\n")
+    web_only = run([w for w in BOTH if w["kind"] == "web"])
+    assert touched(web_only, WEB_LABEL)
+    assert not touched(web_only, INFER_LABEL)
+    both = run(BOTH)
+    assert touched(both, INFER_LABEL), both
+    assert not touched(both, WEB_LABEL), both
+    assert not touched(run(BOTH), INFER_LABEL)

@@ -15,6 +15,7 @@ the message that says so.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -65,6 +66,7 @@ def worker_records(
     token_key: str | None = None,
     redis: Mapping[str, Any] | None = None,
     coordinator_ca_file: str = "",
+    code_digest: str = "",
 ) -> dict[str, Any]:
     """{"records": [one per worker], "envs": {name: its environment}}.
 
@@ -83,7 +85,12 @@ def worker_records(
     takes from, which the redis role grants to that host's user with its processing list.
 
     With ``coordinator_ca_file``, COORDINATOR_CA_FILE names the CA certificate the
-    Coordinator's HTTPS certificate must come from."""
+    Coordinator's HTTPS certificate must come from.
+
+    With ``code_digest`` (worker_code_digest of the code shipped), WORKER_CODE_DIGEST holds
+    it: no program reads it, but a worker's environment then changes with the code, so the
+    converge that writes it restarts the worker, whichever run shipped the code (a move
+    ships it to a host and restarts only the web worker there)."""
     redis_env = {"REDIS_USERNAME": (redis or {}).get("user") or "",
                  "REDIS_PASSWORD": (redis or {}).get("password") or ""}
     if redis and redis.get("password_key"):
@@ -114,6 +121,8 @@ def worker_records(
         }
         if coordinator_ca_file:
             env[contract.COORDINATOR_CA_FILE_ENV] = coordinator_ca_file
+        if code_digest:
+            env["WORKER_CODE_DIGEST"] = code_digest
         if kind == "inference":
             env["WORKER_DEVICE"] = item.get("device") or default_device
         if token_key:
@@ -236,6 +245,23 @@ def worker_versions(source_dir: str, scripts: Iterable[str]) -> dict[str, str]:
     return versions
 
 
+def worker_code_digest(source_dir: str, files: Iterable[str]) -> str:
+    """SHA-1 of the files of ``source_dir`` the role ships (the programs and the
+    requirements), by name and content: it changes when any of them does, whatever order
+    ``files`` lists them in."""
+    digest = hashlib.sha1(usedforsecurity=False)
+    for name in sorted(set(files)):
+        path = Path(source_dir) / name
+        try:
+            content = path.read_bytes()
+        except OSError as error:
+            raise AnsibleFilterError(f"cannot read {path} to take the code's digest: "
+                                     f"{error}") from error
+        digest.update(f"{name}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()
+
+
 def expected_registrations(states: Sequence[Mapping[str, Any]], *, versions: Mapping[str, str],
                            envs: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
     """What the Coordinator must list alive for each worker of ``states`` (worker_states'
@@ -324,6 +350,7 @@ class FilterModule:
             "worker_states": worker_states,
             "worker_env_value": worker_env_value,
             "worker_versions": worker_versions,
+            "worker_code_digest": worker_code_digest,
             "expected_registrations": expected_registrations,
             "missing_registrations": missing_registrations,
             "registered_workers": registered_workers,
