@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import jinja2
 import pytest
 import worker_infer
 import worker_web
@@ -138,6 +139,20 @@ def test_plist_has_every_key_and_the_environment(runs):
     }
     # launchd waits that long plus 10 s after SIGTERM, then kills it.
     assert data["ExitTimeOut"] == 40
+    # Unset (or Standard), launchd throttles an agent's CPU and I/O (launchd.plist(5)).
+    assert data["ProcessType"] == "Interactive"
+
+
+def test_ollama_agent_is_not_throttled_either():
+    # The Ollama role's plist, rendered as its template is: the workers wait on its answers.
+    template = (REPO / "roles" / "ollama" / "templates" / "ollama.plist.j2").read_text()
+    rendered = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template).render(
+        ansible_managed="managed", ollama_launchd_label="com.ollama.serve",
+        ollama_binary="/opt/homebrew/bin/ollama", ollama_service_environment={"A": "1"},
+        ollama_launchd_log_file="/Users/mapleharp/Library/Logs/ollama.log")
+    data = plistlib.loads(rendered.encode())
+    assert data["ProcessType"] == "Interactive"
+    assert data["ProgramArguments"] == ["/opt/homebrew/bin/ollama", "serve"]
 
 
 def test_inference_agent_shares_the_python_but_not_the_log(runs):
