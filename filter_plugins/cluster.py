@@ -80,10 +80,17 @@ def worker_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> dict[
 
 
 def process_problems(results: Iterable[Mapping[str, Any]], want: Mapping[str, int | None],
-                     program: str = "worker_web.py") -> list[str]:
-    """What is wrong with the registered results of `pgrep --count` looped over hosts:
+                     program: str) -> list[str]:
+    """What is wrong with the registered results of `pgrep -f <program>` looped over hosts:
     ``want`` maps a host to the count it must have (None: at least one; a host missing from
-    it must have none)."""
+    it must have none).
+
+    pgrep prints one pid a line and exits 1 when nothing matches, with GNU procps and BSD's
+    (macOS) alike; the count is the number of pid lines, since macOS's pgrep has no count
+    option (pgrep(1), macOS 15.5: ``pgrep [-Lafilnoqvx] ...``). Exit 2 and 3 are pgrep's own
+    errors (STATUS_BADUSAGE, STATUS_ERROR in FreeBSD's usr.bin/pkill/pkill.c, which macOS's
+    derives from; procps uses the same codes): named with pgrep's message, never read as
+    "no process"."""
     problems = []
     for result in results:
         host = result["item"]
@@ -91,7 +98,14 @@ def process_problems(results: Iterable[Mapping[str, Any]], want: Mapping[str, in
             reason = _SSH_REASON.search(" ".join(str(result.get("msg", "")).split()))
             problems.append(f"{host} does not answer ({reason.group(1) if reason else 'ssh'})")
             continue
-        count, wanted = int(result.get("stdout") or 0), want.get(host, 0)
+        if int(result.get("rc") or 0) > 1:
+            said = " ".join(str(result.get("stderr") or result.get("msg") or "").split())
+            problems.append(f"{host} cannot count its {program} processes: pgrep exited "
+                            f"{result['rc']} ({said or 'no message'})")
+            continue
+        count = len([line for line in str(result.get("stdout") or "").splitlines()
+                     if line.strip()])
+        wanted = want.get(host, 0)
         if wanted is None and count == 0:
             problems.append(f"{host} runs no {program}")
         elif wanted is not None and count != wanted:

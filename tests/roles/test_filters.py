@@ -317,19 +317,41 @@ def test_running_workers_and_their_addresses_for_the_registry():
 
 
 def test_process_counts_name_each_host_that_differs():
+    # `pgrep -f` prints one pid a line and exits 1 when nothing matches.
     results = [
-        {"item": "new", "stdout": "1"}, {"item": "old", "stdout": "1"},
-        {"item": "core", "stdout": "0"},
+        {"item": "new", "rc": 0, "stdout": "4242"}, {"item": "old", "rc": 0, "stdout": "812"},
+        {"item": "core", "rc": 1, "stdout": ""},
         {"item": "gone", "unreachable": True, "msg": "Task failed: Data could not be sent to "
          "remote host. Make sure this host can be reached over ssh: ssh: connect to host "
          "10.0.0.9 port 22: No route to host"}]
-    assert cluster.process_problems(results, {"new": 1}) == [
+    assert cluster.process_problems(results, {"new": 1}, "worker_web.py") == [
         "old runs 1 worker_web.py processes, expected 0: two copies race for their queue; "
         "stop the one its service manager does not own",
         "gone does not answer (ssh: connect to host 10.0.0.9 port 22: No route to host)"]
-    assert cluster.process_problems([{"item": "new", "stdout": "0"}], {"new": None}) == [
-        "new runs no worker_web.py"]
-    assert cluster.process_problems([{"item": "new", "stdout": "2"}], {"new": None}) == []
+    assert cluster.process_problems([{"item": "new", "rc": 1, "stdout": ""}], {"new": None},
+                                    "worker_web.py") == ["new runs no worker_web.py"]
+    assert cluster.process_problems([{"item": "new", "rc": 0, "stdout": "4242\n4343\n"}],
+                                    {"new": None}, "worker_web.py") == []
+
+
+def test_process_count_is_the_number_of_pid_lines():
+    two = [{"item": "new", "rc": 0, "stdout": "4242\n4343"}]
+    assert cluster.process_problems(two, {"new": 1}, "worker_web.py") == [
+        "new runs 2 worker_web.py processes, expected 1: two copies race for their queue; "
+        "stop the one its service manager does not own"]
+    assert cluster.process_problems(two, {"new": 2}, "worker_web.py") == []
+
+
+def test_a_pgrep_that_refuses_its_options_is_named_not_read_as_no_process():
+    # macOS's pgrep refuses a GNU long option with its usage and exit 2 (STATUS_BADUSAGE):
+    # that is no answer about the worker, and a move must not roll back on it as "runs none".
+    usage = ("pgrep: illegal option -- -\nusage: pgrep [-Lfilnoqvx] [-d delim] [-F pidfile] "
+             "[-G gid]\n             [-P ppid] [-U uid] [-g pgrp] [-t tty] [-u euid] pattern ...")
+    refused = [{"item": "macbookair", "rc": 2, "stdout": "", "stderr": usage}]
+    assert cluster.process_problems(refused, {"macbookair": None}, "worker_web.py") == [
+        "macbookair cannot count its worker_web.py processes: pgrep exited 2 (pgrep: illegal "
+        "option -- - usage: pgrep [-Lfilnoqvx] [-d delim] [-F pidfile] [-G gid] [-P ppid] "
+        "[-U uid] [-g pgrp] [-t tty] [-u euid] pattern ...)"]
 
 
 def test_no_two_filter_plugins_share_a_filter_name():
