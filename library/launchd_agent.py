@@ -12,15 +12,29 @@ module: launchd_agent
 short_description: Load, start, restart, stop and enable a per-user launchd agent on macOS
 description:
   - Brings one agent of a launchd domain (by default the connecting user's C(gui/<uid>)) to
-    the wanted state with C(launchctl bootstrap), C(bootout), C(kickstart), C(enable) and
-    C(disable); C(launchctl print) and C(print-disabled) say what it is now. The legacy
-    C(load) and C(unload) subcommands are never used.
+    the wanted state with C(launchctl bootstrap), C(bootout), C(kill), C(kickstart),
+    C(enable) and C(disable); C(launchctl print) and C(print-disabled) say what it is now.
+    The legacy C(load) and C(unload) subcommands are never used.
   - V(started) loads the agent from its plist when launchd does not have it (a KeepAlive
-    agent then runs); V(reloaded) unloads it first when launchd has it, since launchd reads a
-    plist only at bootstrap; V(restarted) restarts a loaded agent's process
-    (C(kickstart -k)) and loads one that is not; V(stopped) unloads it (an agent with
-    KeepAlive would come back after a kill).
-  - A disabled agent cannot be loaded, so O(enabled=true) enables it before any bootstrap.
+    agent then runs). V(reloaded) unloads it first when launchd has it, since launchd reads a
+    plist only at bootstrap. V(stopped) unloads it (an agent with KeepAlive would come back
+    after a kill).
+  - V(restarted) is graceful, as C(systemctl restart) is. It sends SIGTERM
+    (C(launchctl kill SIGTERM)), waits until the old process has exited, then starts the
+    agent (C(kickstart)) and waits for a process with another pid (launchd's KeepAlive may
+    have started it already). Only a process still there after the agent's exit timeout plus
+    a margin is killed (C(kickstart -k), SIGKILL), with a warning. An agent launchd does not
+    have is loaded instead.
+  - C(bootout) returns before the agent's process has exited. The module waits until
+    C(launchctl print) no longer knows the agent, at most the agent's exit timeout plus a
+    margin, and fails saying so when it still does; only then does a V(reloaded) load it
+    again, so a reload never leaves the agent unloaded while its old process drains.
+  - O(enabled=true) enables the agent before any bootstrap (launchd refuses to load a
+    disabled one). O(enabled=false) disables it before any bootout, so a login in between
+    cannot load it again; the disabled state outlives logins and restarts.
+  - A C(gui/<uid>) domain exists only while its user is logged in at the console. When it
+    does not, the module fails with one line saying to log in or to enable automatic login,
+    never with launchctl's own words. Without O(label), that check is all it does.
   - It waits until launchd reports the agent running after V(started), V(reloaded) and
     V(restarted) (O(wait) seconds), and fails with launchctl's own words when it does not.
   - Run it as the user whose agent it is, without become.
@@ -31,11 +45,12 @@ options:
   label:
     description:
       - The agent's C(Label).
+      - Unset, the module only checks that the domain exists.
     type: str
-    required: true
   plist:
     description:
-      - The agent's plist file, needed to load it.
+      - The agent's plist file, needed to load it. Its C(ExitTimeOut) bounds the waits for
+        the process to exit when launchd does not report the agent's exit timeout.
     type: path
   domain:
     description:
@@ -52,7 +67,8 @@ options:
     type: bool
   wait:
     description:
-      - Seconds to wait for launchd to report the agent running.
+      - Seconds to wait for launchd to report the agent running (with a new process after
+        V(restarted)).
     type: int
     default: 20
 attributes:
@@ -63,12 +79,18 @@ attributes:
     support: full
     details: The diff shows whether the agent is loaded and enabled, before and after.
 notes:
-  - Exit codes of launchctl that mean the agent is already in the wanted state (a
-    C(bootout) of an agent not loaded, a C(bootstrap) of one already loaded) are not errors.
+  - The exit timeout is the one C(launchctl print) reports (C(exit timeout)), else the
+    plist's C(ExitTimeOut), else 20 seconds; the margin added to it is 10 seconds.
+  - Exit codes of launchctl are not read as meanings. After C(bootout), C(bootstrap) and
+    C(kill) the module asks C(launchctl print) what launchd has, and fails with launchctl's
+    own words only when that is not what was wanted.
 seealso:
   - name: launchctl(1)
     description: The subcommands used.
     link: https://keith.github.io/xcode-man-pages/launchctl.1.html
+  - name: launchd.plist(5)
+    description: C(ExitTimeOut), C(KeepAlive) and the other keys of an agent's plist.
+    link: https://keith.github.io/xcode-man-pages/launchd.plist.5.html
 extends_documentation_fragment:
   - module_attributes
 """
@@ -81,7 +103,14 @@ EXAMPLES = r"""
     state: reloaded
     enabled: true
 
-- name: Stop it for good
+- name: Restart it gracefully (SIGTERM, then a new process)
+  launchd_agent:
+    label: jp.mapleharp.coordinator-web-worker
+    plist: ~/Library/LaunchAgents/jp.mapleharp.coordinator-web-worker.plist
+    state: restarted
+  register: restart
+
+- name: Stop it for good, disabled first so that a login cannot bring it back
   launchd_agent:
     label: jp.mapleharp.coordinator-web-worker
     state: stopped
@@ -91,12 +120,16 @@ EXAMPLES = r"""
   launchd_agent:
     label: jp.mapleharp.coordinator-web-worker
   register: agent
+
+- name: Fail unless the user is logged in at the console (the gui domain exists)
+  launchd_agent:
+    domain: gui/501
 """
 
 RETURN = r"""
 status:
   description: The agent as launchd reports it after the module ran.
-  returned: always
+  returned: when O(label) is set
   type: dict
   contains:
     loaded:
@@ -115,27 +148,65 @@ status:
       description: Whether O(plist) exists (false when O(plist) is unset).
       type: bool
   sample: {loaded: true, running: true, pid: 812, enabled: true, installed: true}
+pids:
+  description:
+    - The agent's process id before and after the module ran (0 when none ran), so that a
+      caller can prove a restart happened (they differ).
+  returned: when O(label) is set
+  type: dict
+  contains:
+    before:
+      description: The pid launchd reported before any change.
+      type: int
+    after:
+      description: The pid launchd reports at the end (in check mode, the one before).
+      type: int
+  sample: {before: 812, after: 1207}
 commands:
-  description: The launchctl subcommands run (in check mode, the ones it would run).
+  description:
+    - The launchctl subcommands run (in check mode, the ones it would run), with a
+      C(kickstart -k) added when a process outlived SIGTERM.
   returned: always
   type: list
   elements: list
   sample: [[enable, gui/501/jp.mapleharp.coordinator-web-worker]]
+domain:
+  description: The launchd domain the module worked in.
+  returned: always
+  type: str
+  sample: gui/501
 """
 
 import os
+import plistlib
+import pwd
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ansible.module_utils.basic import AnsibleModule
 
-# launchctl print of an agent launchd does not know.
+# launchctl print of an agent launchd does not know: 113, "Could not find specified service"
+# (launchd's error table, copied in https://github.com/Alkenso/sLaunchctl,
+# Sources/sLaunchctl/Error.swift).
 NOT_LOADED = 113
-# Exit codes that mean "already so": bootout of an agent not loaded (3, 5, 113), bootstrap
-# of one already loaded (5, 37).
-ALREADY = {"bootout": (3, 5, NOT_LOADED), "bootstrap": (5, 37)}
+# A gui/<uid> domain that does not exist, because nobody is logged in at the console: 125
+# "Domain does not support specified action" (over SSH on current macOS:
+# https://github.com/rjwalters/loom/issues/4130, https://github.com/duh17/oppi/issues/38),
+# 112 "Could not find specified domain" (the same issue's earlier probe), 5 "Input/output
+# error" from bootstrap (https://github.com/psimaker/vaultsync/issues/89).
+DOMAIN_GONE = (5, 112, 125)
+# launchd.plist(5): ExitTimeOut's default is "system-defined"; 20 s is launchd's documented
+# default since Leopard. The margin covers launchd's own cleanup after the kill (it schedules
+# it seconds after the signal: https://github.com/Layr-Labs/d-inference/issues/1102).
+DEFAULT_EXIT_TIMEOUT = 20
+STOP_MARGIN = 10
 _PID = re.compile(r"^\s*pid = (\d+)\s*$", re.M)
+# The agent's own state is the first `state =` line; nested blocks (coalitions, event
+# triggers) print their own `state = active` further down.
+_STATE = re.compile(r"^\s*state = (.+?)\s*$", re.M)
+_EXIT_TIMEOUT = re.compile(r"^\s*exit timeout = (\d+)\s*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -152,31 +223,49 @@ class Status:
 def parse_status(print_rc: int, print_out: str, disabled_out: str, label: str) -> Status:
     """The agent's status from `launchctl print <domain>/<label>` and `print-disabled`."""
     loaded = print_rc == 0
-    running = loaded and "state = running" in print_out
+    state = _STATE.search(print_out) if loaded else None
+    running = state is not None and state.group(1) == "running"
     pid = _PID.search(print_out) if running else None
     # Recent macOS prints `"label" => disabled`, older ones `"label" => true`.
     disabled = re.search(r'"' + re.escape(label) + r'" => (?:disabled|true)', disabled_out)
     return Status(loaded, running, int(pid.group(1)) if pid else 0, disabled is None)
 
 
+def stop_bound(print_out: str, plist_data: dict | None) -> int:
+    """Seconds to wait for an agent's process to exit after SIGTERM or bootout: launchd's
+    exit timeout for it (as `print` reports it, else the plist's ExitTimeOut, else launchd's
+    default) plus a margin. ExitTimeOut 0 means launchd never kills it: the default bounds
+    the wait then."""
+    live = _EXIT_TIMEOUT.search(print_out)
+    seconds = int(live.group(1)) if live else (plist_data or {}).get("ExitTimeOut")
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds <= 0:
+        seconds = DEFAULT_EXIT_TIMEOUT
+    return seconds + STOP_MARGIN
+
+
 def plan(status: Status, state: str | None, enabled: bool | None, target: str,
          domain: str, plist: str | None) -> list[list[str]]:
-    """The launchctl subcommands that bring the agent from ``status`` to what is wanted."""
+    """The launchctl subcommands that bring the agent from ``status`` to what is wanted.
+    A disable comes before a bootout (a login in between cannot load it again), an enable
+    before a bootstrap (launchd refuses to load a disabled agent)."""
     commands: list[list[str]] = []
     if enabled is True and not status.enabled:
         commands.append(["enable", target])
+    if enabled is False and status.enabled:
+        commands.append(["disable", target])
     load = ["bootstrap", domain, plist or ""]
     if state == "started" and not status.loaded:
         commands.append(load)
     elif state == "reloaded":
         commands += [["bootout", target]] if status.loaded else []
         commands.append(load)
+    elif state == "restarted" and not status.loaded:
+        commands.append(load)
     elif state == "restarted":
-        commands.append(["kickstart", "-k", target] if status.loaded else load)
+        commands += [["kill", "SIGTERM", target]] if status.running else []
+        commands.append(["kickstart", target])
     elif state == "stopped" and status.loaded:
         commands.append(["bootout", target])
-    if enabled is False and status.enabled:
-        commands.append(["disable", target])
     return commands
 
 
@@ -193,57 +282,113 @@ def expected_after(status: Status, commands: list[list[str]]) -> Status:
     return Status(loaded, loaded and status.running, status.pid if loaded else 0, enabled)
 
 
+def domain_user(domain: str) -> str:
+    """The login name of a `gui/<uid>` or `user/<uid>` domain's user."""
+    uid = domain.rpartition("/")[2]
+    try:
+        return pwd.getpwuid(int(uid)).pw_name
+    except (ValueError, KeyError):
+        return f"the user with uid {uid}"
+
+
+def not_logged_in(domain: str, user: str) -> str:
+    """The one line a user reads when the domain does not exist."""
+    return (f"{user} is not logged in at the console, so launchd has no {domain} domain for "
+            "its agents (FileVault turns automatic login off, and a restart logs everyone "
+            "out): log in at the console or enable automatic login, then run again")
+
+
 # -- the module -------------------------------------------------------------------------------
 
 
 class Launchctl:
-    def __init__(self, module: AnsibleModule, label: str, domain: str) -> None:
+    def __init__(self, module: AnsibleModule, label: str | None, domain: str) -> None:
         self.module = module
         self.label = label
         self.domain = domain
         self.target = f"{domain}/{label}"
         self.binary = module.get_bin_path("launchctl", required=True)
+        self.commands: list[list[str]] = []
+        self.print_out = ""
 
     def run(self, *args: str) -> tuple[int, str, str]:
         return self.module.run_command([self.binary, *args])
 
+    def fail(self, command: list[str], rc: int, out: str, err: str, **extra: object) -> None:
+        self.module.fail_json(msg=f"launchctl {' '.join(command)} failed ({rc}): "
+                                  f"{(err or out).strip()}", **extra)
+
+    def check_domain(self) -> None:
+        """Fail with the one line a user can act on when the domain does not exist."""
+        rc, out, err = self.run("print", self.domain)
+        if rc in DOMAIN_GONE:
+            self.module.fail_json(msg=not_logged_in(self.domain, domain_user(self.domain)),
+                                  domain=self.domain, commands=[])
+        if rc != 0:
+            self.fail(["print", self.domain], rc, out, err)
+
     def status(self) -> Status:
         rc, out, err = self.run("print", self.target)
         if rc not in (0, NOT_LOADED):
-            self.module.fail_json(msg=f"launchctl print {self.target} failed ({rc}): "
-                                      f"{(err or out).strip()}")
+            # A domain that is gone fails every subcommand: say why, not launchctl's code.
+            self.check_domain()
+            self.fail(["print", self.target], rc, out, err)
+        self.print_out = out
         drc, dout, derr = self.run("print-disabled", self.domain)
         if drc != 0:
-            self.module.fail_json(msg=f"launchctl print-disabled {self.domain} failed ({drc}): "
-                                      f"{(derr or dout).strip()}")
-        return parse_status(rc, out, dout, self.label)
+            self.fail(["print-disabled", self.domain], drc, dout, derr)
+        return parse_status(rc, out, dout, self.label or "")
 
-    def execute(self, command: list[str], after_bootout: bool) -> None:
-        """Run one subcommand. bootout returns before the old job is gone, so a bootstrap
-        right after it fails for a moment (5) and is tried again; otherwise an exit code that
-        means "already so" is success."""
-        for attempt in range(5):
-            rc, out, err = self.run(*command)
-            if rc == 0 or (rc in ALREADY.get(command[0], ()) and not after_bootout):
-                return
-            if not after_bootout or attempt == 4:
-                self.module.fail_json(msg=f"launchctl {' '.join(command)} failed ({rc}): "
-                                          f"{(err or out).strip()}")
-            time.sleep(1)
-
-    def wait_running(self, seconds: int) -> Status:
+    def wait_for(self, seconds: float, done: Callable[[Status], bool]) -> Status:
+        """Read the status every second until ``done(status)`` or ``seconds`` passed."""
         deadline = time.monotonic() + seconds
         while True:
             status = self.status()
-            if status.running or time.monotonic() > deadline:
+            if done(status) or time.monotonic() > deadline:
                 return status
             time.sleep(1)
+
+    def execute(self, command: list[str], bound: int, old_pid: int) -> None:
+        """Run one subcommand and wait until launchd did what it asks. What launchd has is
+        read back with `print`; launchctl's exit code alone decides nothing."""
+        self.commands.append(command)
+        rc, out, err = self.run(*command)
+        verb = command[0]
+        if verb == "bootout":
+            # It returns before the process has exited (36, EINPROGRESS, or 0); the label
+            # stays listed until it has.
+            after = self.wait_for(bound, lambda s: not s.loaded)
+            if after.loaded:
+                self.module.fail_json(
+                    msg=f"launchd still has {self.target} {bound} s after launchctl bootout "
+                        f"({rc}: {(err or out).strip() or 'no message'}): its process did not "
+                        "exit within its exit timeout; see its log",
+                    status=asdict(after), commands=self.commands)
+        elif verb == "bootstrap" and rc != 0:
+            # Right after a bootout, launchd may refuse the label a moment longer (5,
+            # https://github.com/headroomlabs-ai/headroom/issues/1289): try again until the
+            # bound. Otherwise a bootstrap that failed because the agent is loaded did its job.
+            after_bootout = self.commands[-2:-1] == [["bootout", self.target]]
+            deadline = time.monotonic() + (bound if after_bootout else 0)
+            while not self.status().loaded:
+                if time.monotonic() > deadline:
+                    self.fail(command, rc, out, err, commands=self.commands)
+                time.sleep(1)
+                rc, out, err = self.run(*command)
+        elif verb == "kill":
+            after = self.wait_for(bound, lambda s: s.pid != old_pid)
+            if after.pid == old_pid:
+                self.module.warn(f"{self.target} (pid {old_pid}) did not exit {bound} s after "
+                                 "SIGTERM: launchctl kickstart -k kills it (SIGKILL)")
+                self.execute(["kickstart", "-k", self.target], bound, old_pid)
+        elif rc != 0:
+            self.fail(command, rc, out, err, commands=self.commands)
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "label": {"type": "str", "required": True},
+            "label": {"type": "str"},
             "plist": {"type": "path"},
             "domain": {"type": "str"},
             "state": {"type": "str", "choices": ["started", "stopped", "restarted", "reloaded"]},
@@ -252,32 +397,46 @@ def main() -> None:
         },
         required_if=[("state", "started", ("plist",)), ("state", "reloaded", ("plist",)),
                      ("state", "restarted", ("plist",))],
+        required_by={"state": ("label",), "enabled": ("label",), "plist": ("label",)},
         supports_check_mode=True,
     )
     params = module.params
     domain = params["domain"] or f"gui/{os.getuid()}"
     launchctl = Launchctl(module, params["label"], domain)
+    if not params["label"]:
+        launchctl.check_domain()
+        module.exit_json(changed=False, domain=domain, commands=[])
     before = launchctl.status()
     commands = plan(before, params["state"], params["enabled"], launchctl.target, domain,
                     params["plist"])
     after = expected_after(before, commands)
-    if not module.check_mode:
-        for index, command in enumerate(commands):
-            launchctl.execute(command, after_bootout=index > 0
-                              and commands[index - 1][0] == "bootout")
-        if params["state"] in ("started", "reloaded", "restarted"):
-            after = launchctl.wait_running(params["wait"])
-            if not after.running:
-                module.fail_json(msg=f"launchd does not run {launchctl.target} "
-                                     f"{params['wait']} s after it was loaded; see its log",
-                                 status=asdict(after), commands=commands)
-        elif commands:
-            after = launchctl.status()
+    if not module.check_mode and commands:
+        plist_data = None
+        if params["plist"] and os.path.exists(params["plist"]):
+            with open(params["plist"], "rb") as handle:
+                plist_data = plistlib.load(handle)
+        bound = stop_bound(launchctl.print_out, plist_data)
+        for command in commands:
+            launchctl.execute(command, bound, before.pid)
+        commands = launchctl.commands
+    if not module.check_mode and params["state"] in ("started", "reloaded", "restarted"):
+        # After a restart only a process other than the old one counts.
+        fresh = params["state"] == "restarted" and before.running
+        after = launchctl.wait_for(params["wait"], lambda s: s.running
+                                   and not (fresh and s.pid == before.pid))
+        if not after.running or (fresh and after.pid == before.pid):
+            module.fail_json(msg=f"launchd does not run {launchctl.target} "
+                                 f"{params['wait']} s after it was "
+                                 f"{'restarted' if fresh else 'loaded'}; see its log",
+                             status=asdict(after), commands=commands)
+    elif not module.check_mode and commands:
+        after = launchctl.status()
     diff = {"before": {k: v for k, v in asdict(before).items() if k in ("loaded", "enabled")},
             "after": {k: v for k, v in asdict(after).items() if k in ("loaded", "enabled")}}
     installed = bool(params["plist"]) and os.path.exists(params["plist"])
     module.exit_json(changed=bool(commands), status={**asdict(after), "installed": installed},
-                     commands=commands, diff=diff)
+                     pids={"before": before.pid, "after": after.pid}, commands=commands,
+                     domain=domain, diff=diff)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,8 @@ def test_launchd_agent_lifecycle(mac):
     stopped = converge(
         ollama_service_state="stopped", ollama_service_enabled=False, ollama_models=[]
     )
-    assert stopped["calls"] == [f"bootout {label}", f"disable {label}"]
+    # Disabled before the bootout: a login in between cannot load it again.
+    assert stopped["calls"] == [f"disable {label}", f"bootout {label}"]
     launchd = json.loads(state.read_text())
     assert (launchd["loaded"], launchd["disabled"]) == ([], ["com.ollama.serve"])
 

@@ -1,14 +1,21 @@
-"""launchd_agent (library/): what it reads, what it plans, check mode and its documentation.
+"""launchd_agent (library/): what it reads, what it plans, how it waits for launchd, check mode
+and its documentation.
 
-The roles' tests run it against tests/doubles/launchctl on a pretend Mac (test_worker_darwin,
-tests/ollama/test_role_darwin); here the pure functions and the module's own contract.
+The module runs here against tests/doubles/launchctl, which copies the macOS behaviours the
+module depends on (each cited there): a gui domain that exists only while its user is logged
+in, a bootout that returns before the job has exited, SIGTERM and kickstart's pids, SIGKILL
+from `kickstart -k`. The roles' tests run it on a pretend Mac too (test_worker_darwin,
+tests/ollama/test_role_darwin).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import plistlib
+import pwd
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,10 +27,16 @@ agent = load_module("launchd_agent")
 LABEL = "jp.mapleharp.coordinator-web-worker"
 TARGET = f"gui/501/{LABEL}"
 PLIST = f"/Users/m/Library/LaunchAgents/{LABEL}.plist"
+# The user the module names: the double's domain is gui/<this uid>.
+UID = os.getuid()
+USER = pwd.getpwuid(UID).pw_name
 
 
 def status(loaded: bool = True, running: bool = True, enabled: bool = True):
     return agent.Status(loaded, running and loaded, 812 if running and loaded else 0, enabled)
+
+
+# -- pure functions ---------------------------------------------------------------------------
 
 
 def test_print_and_print_disabled_are_read():
@@ -36,6 +49,25 @@ def test_print_and_print_disabled_are_read():
     assert agent.parse_status(113, "", "", LABEL) == agent.Status(False, False, 0, True)
 
 
+def test_only_the_agents_own_state_line_counts():
+    # A KeepAlive agent waiting for its respawn; its coalition block says `state = active`
+    # and a nested `state = running` must not make it look alive.
+    out = (f"{TARGET} = {{\n\tstate = spawn scheduled\n\tlast exit code = 0\n"
+           "\tresource coalition = {\n\t\tstate = running\n\t}\n}\n")
+    assert agent.parse_status(0, out, "", LABEL) == agent.Status(True, False, 0, True)
+
+
+@pytest.mark.parametrize(("print_out", "plist_data", "seconds"), [
+    ("\texit timeout = 45\n", {"ExitTimeOut": 5}, 45 + agent.STOP_MARGIN),  # launchd's own
+    ("", {"ExitTimeOut": 40}, 40 + agent.STOP_MARGIN),
+    ("", None, agent.DEFAULT_EXIT_TIMEOUT + agent.STOP_MARGIN),
+    # 0: launchd never kills it; the wait still ends.
+    ("", {"ExitTimeOut": 0}, agent.DEFAULT_EXIT_TIMEOUT + agent.STOP_MARGIN),
+])
+def test_the_stop_bound_is_the_exit_timeout_plus_a_margin(print_out, plist_data, seconds):
+    assert agent.stop_bound(print_out, plist_data) == seconds
+
+
 @pytest.mark.parametrize(("before", "state", "enabled", "commands"), [
     (status(loaded=False), "started", True, [["bootstrap", "gui/501", PLIST]]),
     (status(loaded=False, enabled=False), "started", True,
@@ -43,8 +75,12 @@ def test_print_and_print_disabled_are_read():
     (status(), "started", True, []),
     (status(), "reloaded", None, [["bootout", TARGET], ["bootstrap", "gui/501", PLIST]]),
     (status(loaded=False), "reloaded", None, [["bootstrap", "gui/501", PLIST]]),
-    (status(), "restarted", None, [["kickstart", "-k", TARGET]]),
-    (status(), "stopped", False, [["bootout", TARGET], ["disable", TARGET]]),
+    # Graceful: SIGTERM, then a start; never kickstart -k.
+    (status(), "restarted", None, [["kill", "SIGTERM", TARGET], ["kickstart", TARGET]]),
+    (status(running=False), "restarted", None, [["kickstart", TARGET]]),
+    (status(loaded=False), "restarted", None, [["bootstrap", "gui/501", PLIST]]),
+    # Disabled first: a login between the two cannot load it again.
+    (status(), "stopped", False, [["disable", TARGET], ["bootout", TARGET]]),
     (status(loaded=False, enabled=False), "stopped", False, []),
     (status(), None, None, []),
 ])
@@ -52,26 +88,159 @@ def test_the_plan_is_the_fewest_subcommands(before, state, enabled, commands):
     assert agent.plan(before, state, enabled, TARGET, "gui/501", PLIST) == commands
 
 
-def test_check_mode_says_what_it_would_do_and_does_nothing(tmp_path):
-    plist = tmp_path / f"{LABEL}.plist"
-    plist.write_bytes(plistlib.dumps({"Label": LABEL}))
-    state = tmp_path / "launchctl.json"
-    state.write_text(json.dumps({"loaded": [], "disabled": [LABEL], "calls": []}))
-    result = run(["ansible", "localhost", "-c", "local", "-m", "launchd_agent", "--check",
-                  "--diff", "-e", f"ansible_python_interpreter={sys.executable}",
-                  "-a", json.dumps({"label": LABEL, "plist": str(plist), "domain": "gui/501",
-                                    "state": "started", "enabled": True})],
-                 PATH=f"{REPO / 'tests' / 'doubles'}:{VENV_BIN}:/usr/bin:/bin",
-                 FAKE_LAUNCHCTL_STATE=str(state), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-                 ANSIBLE_LOAD_CALLBACK_PLUGINS="true")
-    host = json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+# -- the module against the launchctl double --------------------------------------------------
+
+
+class Mac:
+    """A pretend Mac: the launchctl double's state file and the agent's plist."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.state_file = tmp_path / "launchctl.json"
+        self.plist = tmp_path / f"{LABEL}.plist"
+        self.plist.write_bytes(plistlib.dumps({"Label": LABEL, "KeepAlive": True}))
+        self.tmp_path = tmp_path
+        self.set(loaded=[], disabled=[], calls=[])
+
+    def set(self, **state: object) -> None:
+        current = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+        self.state_file.write_text(json.dumps({**current, **state}))
+
+    @property
+    def state(self) -> dict:
+        return json.loads(self.state_file.read_text())
+
+    def changing_calls(self) -> list[list[str]]:
+        return [c for c in self.state["calls"] if c[0] not in ("print", "print-disabled")]
+
+    def module(self, *extra: str, **args: object) -> dict:
+        """Run launchd_agent once through Ansible; its result for localhost."""
+        self.set(calls=[])
+        result = run(["ansible", "localhost", "-c", "local", "-m", "launchd_agent", *extra,
+                      "-e", f"ansible_python_interpreter={sys.executable}",
+                      "-a", json.dumps(args)],
+                     PATH=f"{REPO / 'tests' / 'doubles'}:{VENV_BIN}:/usr/bin:/bin",
+                     FAKE_LAUNCHCTL_STATE=str(self.state_file),
+                     ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+                     ANSIBLE_LOAD_CALLBACK_PLUGINS="true")
+        return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.fixture
+def mac(tmp_path: Path) -> Mac:
+    return Mac(tmp_path)
+
+
+def test_check_mode_says_what_it_would_do_and_does_nothing(mac):
+    mac.set(disabled=[LABEL])
+    host = mac.module("--check", "--diff", label=LABEL, plist=str(mac.plist),
+                      domain=f"gui/{UID}", state="started", enabled=True)
     assert host["changed"] is True
-    assert host["commands"] == [["enable", f"gui/501/{LABEL}"],
-                                ["bootstrap", "gui/501", str(plist)]]
+    assert host["commands"] == [["enable", f"gui/{UID}/{LABEL}"],
+                                ["bootstrap", f"gui/{UID}", str(mac.plist)]]
     assert host["diff"] == {"before": {"loaded": False, "enabled": False},
                             "after": {"loaded": True, "enabled": True}}
-    calls = json.loads(state.read_text())["calls"]
-    assert {call[0] for call in calls} == {"print", "print-disabled"}
+    assert mac.changing_calls() == []
+
+
+NOT_LOGGED_IN = (f"{USER} is not logged in at the console, so launchd has no gui/{UID} domain "
+                 "for its agents (FileVault turns automatic login off, and a restart logs "
+                 "everyone out): log in at the console or enable automatic login, then run "
+                 "again")
+
+
+@pytest.mark.parametrize("args", [
+    {},  # only the domain
+    {"label": LABEL},  # what launchd says of an agent
+    {"label": LABEL, "state": "started", "enabled": True},
+])
+def test_nobody_logged_in_is_one_line_to_act_on(mac, args):
+    mac.set(logged_in=False)
+    if "state" in args:
+        args = {**args, "plist": str(mac.plist)}
+    host = mac.module(domain=f"gui/{UID}", **args)
+    assert host["failed"] is True
+    assert host["msg"] == NOT_LOGGED_IN
+    assert mac.changing_calls() == []
+
+
+def test_the_domain_check_passes_for_a_logged_in_user(mac):
+    host = mac.module(domain=f"gui/{UID}")
+    assert host.get("failed") is not True, host
+    assert host["changed"] is False
+    assert host["domain"] == f"gui/{UID}"
+    assert mac.state["calls"] == [["print", f"gui/{UID}"]]
+
+
+def test_a_reload_waits_until_the_old_job_has_exited(mac):
+    # bootout returns 36 and launchd lists the job for 3 more prints: bootstrap only after.
+    mac.set(loaded=[LABEL], pids={LABEL: 812}, lingering={LABEL: 3})
+    host = mac.module(label=LABEL, plist=str(mac.plist), domain=f"gui/{UID}",
+                      state="reloaded")
+    assert host.get("failed") is not True, host
+    calls = mac.state["calls"]
+    bootout = calls.index(["bootout", f"gui/{UID}/{LABEL}"])
+    bootstrap = calls.index(["bootstrap", f"gui/{UID}", str(mac.plist)])
+    service_prints = [c for c in calls[bootout:bootstrap] if c == ["print", f"gui/{UID}/{LABEL}"]]
+    assert len(service_prints) == 4  # three still listed, the fourth no longer
+    assert host["status"]["loaded"] and host["status"]["running"]
+    assert host["pids"]["before"] == 812
+    assert host["pids"]["after"] not in (0, 812)
+
+
+def test_a_restart_is_sigterm_and_a_new_pid_never_sigkill(mac):
+    mac.set(loaded=[LABEL], pids={LABEL: 812})
+    host = mac.module(label=LABEL, plist=str(mac.plist), domain=f"gui/{UID}",
+                      state="restarted")
+    assert host.get("failed") is not True, host
+    target = f"gui/{UID}/{LABEL}"
+    assert mac.changing_calls() == [["kill", "SIGTERM", target], ["kickstart", target]]
+    assert mac.state["signals"] == [[LABEL, "SIGTERM"]]
+    assert host["pids"]["before"] == 812
+    assert host["pids"]["after"] not in (0, 812)
+    assert host["pids"]["after"] == host["status"]["pid"]
+    assert host["commands"] == [["kill", "SIGTERM", target], ["kickstart", target]]
+
+
+def test_a_process_that_outlives_sigterm_is_killed_saying_so(mac):
+    # launchd's exit timeout for it is 1 s: the wait ends 1 + STOP_MARGIN s after SIGTERM.
+    mac.set(loaded=[LABEL], pids={LABEL: 812}, ignores_sigterm=[LABEL],
+            exit_timeout={LABEL: 1})
+    host = mac.module(label=LABEL, plist=str(mac.plist), domain=f"gui/{UID}",
+                      state="restarted")
+    assert host.get("failed") is not True, host
+    target = f"gui/{UID}/{LABEL}"
+    bound = 1 + agent.STOP_MARGIN
+    assert host["warnings"] == [f"{target} (pid 812) did not exit {bound} s after SIGTERM: "
+                                "launchctl kickstart -k kills it (SIGKILL)"]
+    assert mac.changing_calls() == [["kill", "SIGTERM", target], ["kickstart", "-k", target],
+                                    ["kickstart", target]]
+    assert mac.state["signals"] == [[LABEL, "SIGTERM"], [LABEL, "SIGKILL"]]
+    assert host["pids"]["after"] not in (0, 812)
+
+
+def test_a_job_that_does_not_exit_after_bootout_fails_the_reload_before_any_bootstrap(mac):
+    mac.set(loaded=[LABEL], pids={LABEL: 812}, lingering={LABEL: 1000},
+            exit_timeout={LABEL: 1})
+    host = mac.module(label=LABEL, plist=str(mac.plist), domain=f"gui/{UID}",
+                      state="reloaded")
+    assert host["failed"] is True
+    assert host["msg"] == (f"launchd still has gui/{UID}/{LABEL} {1 + agent.STOP_MARGIN} s "
+                           "after launchctl bootout (36: Boot-out failed: 36: Operation now "
+                           "in progress): its process did not exit within its exit timeout; "
+                           "see its log")
+    assert not [c for c in mac.state["calls"] if c[0] == "bootstrap"]
+
+
+def test_stopped_and_disabled_disables_before_the_bootout(mac):
+    mac.set(loaded=[LABEL])
+    host = mac.module(label=LABEL, domain=f"gui/{UID}", state="stopped", enabled=False)
+    target = f"gui/{UID}/{LABEL}"
+    assert host.get("failed") is not True, host
+    assert mac.changing_calls() == [["disable", target], ["bootout", target]]
+    assert host["status"] == {"loaded": False, "running": False, "pid": 0, "enabled": False,
+                              "installed": False}
+    assert host["pids"] == {"before": 4242, "after": 0}
+    assert mac.state["disabled"] == [LABEL]
 
 
 def test_documentation_matches_the_code():
@@ -81,4 +250,4 @@ def test_documentation_matches_the_code():
     assert options["state"]["choices"] == ["started", "stopped", "restarted", "reloaded"]
     for task in yaml.safe_load(doc["examples"]):
         assert set(task["launchd_agent"]) <= set(options)
-    assert set(doc["return"]) == {"status", "commands"}
+    assert set(doc["return"]) == {"status", "pids", "commands", "domain"}
