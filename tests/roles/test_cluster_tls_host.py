@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .conftest import HERE, run
+from .test_worker_darwin import changed
 
 PLAYBOOK = HERE / "playbooks" / "cluster_tls_host.yml"
 LOGIN = pwd.getpwnam("nobody")
@@ -33,12 +34,6 @@ def play(tmp_path: Path, os_family: str, user: str, gid: int) -> str:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     return output
-
-
-def changed(output: str) -> int:
-    match = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", output)
-    assert match, output[-2000:]
-    return int(match.group(1))
 
 
 def ca_dir(tmp_path: Path) -> Path:
