@@ -15,6 +15,9 @@ import os
 import plistlib
 import pwd
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -251,3 +254,86 @@ def test_documentation_matches_the_code():
     for task in yaml.safe_load(doc["examples"]):
         assert set(task["launchd_agent"]) <= set(options)
     assert set(doc["return"]) == {"status", "pids", "commands", "domain"}
+
+
+# -- the first play of every playbook: nobody logged in is named before any change -------------
+
+@pytest.fixture
+def coordinator() -> Iterator[str]:
+    """A Coordinator whose registry lists no worker."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"workers": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def play_as_mac(mac: Mac, tasks: list[dict], **extra_vars: object):
+    """One play of ``tasks`` on localhost posing as the Mac `macbookair`: its facts say Darwin
+    (an extra variable, over what setup reads here) and launchctl is the double."""
+    playbook = mac.tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
+                                         "any_errors_fatal": True, "tasks": tasks}]))
+    inventory = mac.tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"coordinator": {"hosts": {
+        "macbookair": {"ansible_connection": "local",
+                       "ansible_python_interpreter": sys.executable}}}}}}))
+    mac.set(calls=[])
+    result = run(["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps({
+                      "ansible_facts": {"os_family": "Darwin", "user_uid": UID}, **extra_vars})],
+                 PATH=f"{REPO / 'tests' / 'doubles'}:{VENV_BIN}:/usr/bin:/bin",
+                 FAKE_LAUNCHCTL_STATE=str(mac.state_file))
+    return result.returncode, " ".join((result.stdout + result.stderr).split())
+
+
+def test_the_reach_step_names_a_mac_nobody_is_logged_in_to_and_changes_nothing(mac, coordinator):
+    """playbooks/tasks/reach.yml as site.yml, migrate-web.yml and upgrade-model.yml run it
+    first; the task after it, a change, must never run."""
+    mac.set(logged_in=False)
+    changed = mac.tmp_path / "changed"
+    rc, flat = play_as_mac(mac, [
+        {"name": "Reach every host",
+         "ansible.builtin.include_tasks": str(REPO / "playbooks" / "tasks" / "reach.yml")},
+        {"name": "A change", "ansible.builtin.file": {"path": str(changed), "state": "touch"}},
+    ], worker_coordinator_url=coordinator, worker_coordinator_token="token-9f3c")
+    assert rc != 0
+    assert (f"macbookair: {NOT_LOGGED_IN}. Nothing was changed, and the Coordinator's "
+            "registry lists no alive web worker. Fix that and run again.") in flat, flat[-3000:]
+    assert not changed.exists()
+    assert mac.changing_calls() == []
+
+
+@pytest.mark.parametrize(("action", "loaded", "calls"), [
+    ("stop", True, [["bootout", "{target}"]]),
+    # The move's disable of the old worker: disabled before it is unloaded.
+    ("disable", True, [["disable", "{target}"], ["bootout", "{target}"]]),
+    ("disable", False, [["disable", "{target}"]]),
+    ("start", False, [["enable", "{target}"], ["bootstrap", "gui/{uid}", "{plist}"]]),
+])
+def test_migrate_web_drives_the_web_workers_agent_through_launchd_agent(mac, action, loaded,
+                                                                       calls):
+    """playbooks/tasks/web_worker_service.yml's launchd branch, as migrate-web.yml includes it."""
+    mac.set(loaded=[LABEL] if loaded else [], disabled=[] if action != "start" else [LABEL])
+    rc, flat = play_as_mac(mac, [{
+        "name": "The web worker's service step",
+        "ansible.builtin.include_tasks": str(REPO / "playbooks" / "tasks"
+                                             / "web_worker_service.yml"),
+        "vars": {"migrate_web_host": "macbookair", "migrate_web_action": action}}],
+        worker_web={"label": LABEL, "plist": str(mac.plist)})
+    assert rc == 0, flat[-3000:]
+    values = {"target": f"gui/{UID}/{LABEL}", "uid": UID, "plist": mac.plist}
+    assert mac.changing_calls() == [[part.format(**values) for part in call] for call in calls]
+    assert (LABEL in mac.state["loaded"]) is (action == "start")
