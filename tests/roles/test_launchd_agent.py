@@ -15,9 +15,6 @@ import os
 import plistlib
 import pwd
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,9 @@ import yaml
 
 from ..library_kit import load_module, module_doc
 from .conftest import REPO, VENV_BIN, run
+
+# A Coordinator whose registry lists the workers a test puts in it (none here).
+from .test_worker_darwin import coordinator  # noqa: F401
 
 agent = load_module("launchd_agent")
 LABEL = "jp.mapleharp.coordinator-web-worker"
@@ -258,30 +258,7 @@ def test_documentation_matches_the_code():
 
 # -- the first play of every playbook: nobody logged in is named before any change -------------
 
-@pytest.fixture
-def coordinator() -> Iterator[str]:
-    """A Coordinator whose registry lists no worker."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps({"workers": []}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def play_as_mac(mac: Mac, tasks: list[dict], **extra_vars: object):
+def play_as_mac(mac: Mac, tasks: list[dict], **extra_vars: object) -> tuple[int, str]:
     """One play of ``tasks`` on localhost posing as the Mac `macbookair`: its facts say Darwin
     (an extra variable, over what setup reads here) and launchctl is the double."""
     playbook = mac.tmp_path / "play.yml"
@@ -299,16 +276,18 @@ def play_as_mac(mac: Mac, tasks: list[dict], **extra_vars: object):
     return result.returncode, " ".join((result.stdout + result.stderr).split())
 
 
-def test_the_reach_step_names_a_mac_nobody_is_logged_in_to_and_changes_nothing(mac, coordinator):
+def test_the_reach_step_names_a_mac_nobody_is_logged_in_to_and_changes_nothing(
+        mac, coordinator):  # noqa: F811
     """playbooks/tasks/reach.yml as site.yml, migrate-web.yml and upgrade-model.yml run it
     first; the task after it, a change, must never run."""
+    url, _ = coordinator
     mac.set(logged_in=False)
     changed = mac.tmp_path / "changed"
     rc, flat = play_as_mac(mac, [
         {"name": "Reach every host",
          "ansible.builtin.include_tasks": str(REPO / "playbooks" / "tasks" / "reach.yml")},
         {"name": "A change", "ansible.builtin.file": {"path": str(changed), "state": "touch"}},
-    ], worker_coordinator_url=coordinator, worker_coordinator_token="token-9f3c")
+    ], worker_coordinator_url=url, worker_coordinator_token="token-9f3c")
     assert rc != 0
     assert (f"macbookair: {NOT_LOGGED_IN}. Nothing was changed, and the Coordinator's "
             "registry lists no alive web worker. Fix that and run again.") in flat, flat[-3000:]
