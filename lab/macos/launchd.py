@@ -459,9 +459,9 @@ class Session:
 def starts_at_load(keep: Any) -> bool:
     """Whether KeepAlive alone starts the job at bootstrap, as RunAtLoad does.
 
-    launchd.plist(5): KeepAlive true keeps the job "continuously running"; a SuccessfulExit
-    condition "implies RunAtLoad is set to true, since the job needs to run at least once
-    before an exit status can be determined".
+    launchd.plist(5): KeepAlive true keeps the job "continuously running"; SuccessfulExit
+    "implies that RunAtLoad is set to true, since the job needs to run at least once before
+    we can get an exit status".
     """
     return keep is True or (isinstance(keep, dict) and "SuccessfulExit" in keep)
 
