@@ -4,7 +4,7 @@
     python -m lab.lab destroy               remove the containers and the network
     python -m lab.lab status                show the lab's containers
     python -m lab.lab --inventory DIR ...   another lab inventory (default inventory/lab)
-    python -m lab.lab up --network NAME --subnet CIDR NAME=ADDRESS ...
+    python -m lab.lab up --network NAME --subnet CIDR NAME=ADDRESS[:KIND] ...
     python -m lab.lab down --network NAME NAME ...
                                             any set of nodes (molecule/create.yml, destroy.yml)
 
@@ -12,7 +12,9 @@ The hosts and their fixed addresses come from the lab inventory (inventory/lab/h
 `node_address` of every host in the group `lab_nodes`), the network, subnet and image from
 inventory/lab/group_vars/all/lab.yml, so the inventory is the one place that names them.
 `--outsider` adds the outsider (`lab-outsider`), a container in no inventory group, for
-negative tests.
+negative tests. A host with `lab_node_kind: macos` (or NAME=ADDRESS:macos for `up`) is the
+Mac-shaped node (lab/macos/node.py, its image from lab/macos/image/build.sh), reached as its
+own login user instead of admin.
 
 Every node is reached as a real host is: sshd runs in it, and Ansible logs in as the non-root
 user `admin` with the key `.lab/ssh/id_ed25519`, then uses sudo with admin's password
@@ -35,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -76,6 +78,29 @@ RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+[ \t]*)+)$", re.M)
 
 
 @dataclass(frozen=True)
+class Kind:
+    """What differs between the lab's kinds of node: how it is built, booted and logged in."""
+
+    build: Path  # the image's build script (cached by its inputs)
+    image: str | None  # None: the lab's image (inventory lab_image, `up --image`)
+    command: tuple[str, ...]  # what the container runs as PID 1 (empty: the image's CMD)
+    user: str  # the login user Ansible and the SSH check use
+    home: str
+
+
+def kinds() -> dict[str, Kind]:
+    """linux: the Debian node; macos: the Mac-shaped one, its login user from its facts."""
+    from lab.macos import node as mac  # imports this module: loaded on first use
+
+    return {
+        "linux": Kind(REPO / "lab" / "image" / "build.sh", None, ("/sbin/init",), ADMIN_USER,
+                      f"/home/{ADMIN_USER}"),
+        "macos": Kind(REPO / "lab" / "macos" / "image" / "build.sh",
+                      "localhost/coordinator-lab-mac:bookworm", (), mac.USER, mac.HOME),
+    }
+
+
+@dataclass(frozen=True)
 class Lab:
     network: str
     subnet: str
@@ -83,6 +108,7 @@ class Lab:
     nodes: dict[str, str]  # container/host name -> address
     outsider: tuple[str, str]  # name, address of the container in no group
     coordinator_url: str | None  # the API of the Coordinator host (None: the lab has none)
+    node_kinds: dict[str, str] = field(default_factory=dict)  # name -> kind, when not linux
 
 
 def load_lab(inventory: Path = INVENTORY) -> Lab:
@@ -92,6 +118,8 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
     settings = yaml.safe_load((group_vars / "lab.yml").read_text())
     lab_nodes = hosts["all"]["children"]["lab_nodes"]["hosts"]
     nodes = {name: str(vars_["node_address"]) for name, vars_ in lab_nodes.items()}
+    node_kinds = {name: str(vars_["lab_node_kind"]) for name, vars_ in lab_nodes.items()
+                  if "lab_node_kind" in vars_}
     outsider = (str(settings["lab_outsider_name"]), str(settings["lab_outsider_address"]))
     coordinator = hosts["all"]["children"].get("coordinator", {}).get("hosts") or {}
     url = None
@@ -101,7 +129,7 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
         scheme = cluster["cluster_coordinator_url"].strip().split("://", 1)[0]
         url = f"{scheme}://{nodes[next(iter(coordinator))]}:{cluster['coordinator_port']}"
     return Lab(settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes,
-               outsider, url)
+               outsider, url, node_kinds)
 
 
 def verify_for(url: str) -> str | bool:
@@ -203,7 +231,8 @@ def wait_for_systemd(name: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def start_container(network: str, image: str, name: str, address: str) -> None:
+def start_container(network: str, image: str, name: str, address: str,
+                    command: tuple[str, ...] = ("/sbin/init",)) -> None:
     if exists("container", name):
         podman("start", name, capture=True)
         return
@@ -226,22 +255,24 @@ def start_container(network: str, image: str, name: str, address: str) -> None:
         "--volume",
         f"{APT_ARCHIVES / name}:/var/cache/apt/archives",
         image,
-        "/sbin/init",
+        *command,
         capture=True,
     )
 
 
-def grant_access(name: str, public_key: str, password: str) -> None:
-    """Let Ansible in as a user does: admin's authorized key, and the password sudo asks."""
-    home = f"/home/{ADMIN_USER}"
+def grant_access(name: str, public_key: str, password: str, kind: Kind) -> None:
+    """Let Ansible in as a user does: the login user's authorized key, and for admin the
+    password sudo asks (the Mac-shaped node's user has no sudo)."""
+    user, home = kind.user, kind.home
     podman("exec", "--interactive", name, "sh", "-c",
-           f"install -d -m 0700 -o {ADMIN_USER} -g {ADMIN_USER} {home}/.ssh"
+           f"install -d -m 0700 -o {user} -g $(id -g {user}) {home}/.ssh"
            f" && cat > {home}/.ssh/authorized_keys"
-           f" && chown {ADMIN_USER}:{ADMIN_USER} {home}/.ssh/authorized_keys"
+           f" && chown {user}:$(id -g {user}) {home}/.ssh/authorized_keys"
            f" && chmod 0600 {home}/.ssh/authorized_keys",
            input_text=public_key, capture=True)
-    podman("exec", "--interactive", name, "chpasswd",
-           input_text=f"{ADMIN_USER}:{password}\n", capture=True)
+    if user == ADMIN_USER:
+        podman("exec", "--interactive", name, "chpasswd",
+               input_text=f"{ADMIN_USER}:{password}\n", capture=True)
 
 
 def trust_host_key(name: str, address: str, timeout: float = 60) -> None:
@@ -265,31 +296,36 @@ def trust_host_key(name: str, address: str, timeout: float = 60) -> None:
             known.write(scan.stdout)
 
 
-def ssh_login(address: str) -> subprocess.CompletedProcess:
-    """`ssh admin@<address> true` with the lab's key and known_hosts."""
+def ssh_login(address: str, user: str = ADMIN_USER) -> subprocess.CompletedProcess:
+    """`ssh <user>@<address> true` with the lab's key and known_hosts."""
     return subprocess.run(
         ["ssh", "-i", str(SSH_KEY), "-o", f"UserKnownHostsFile={KNOWN_HOSTS}",
-         "-o", "BatchMode=yes", "-o", "ConnectTimeout=120", f"{ADMIN_USER}@{address}", "true"],
+         "-o", "BatchMode=yes", "-o", "ConnectTimeout=120", f"{user}@{address}", "true"],
         capture_output=True, text=True, check=False, timeout=180)
 
 
-def up(network: str, subnet: str, image: str, nodes: dict[str, str]) -> None:
-    """Start (or restart) one systemd container per node at its address, reachable over SSH."""
+def up(network: str, subnet: str, image: str, nodes: dict[str, str],
+       node_kinds: dict[str, str] | None = None) -> None:
+    """Start (or restart) one systemd container per node at its address, reachable over SSH;
+    ``node_kinds`` names the nodes that are not of kind linux."""
     started = time.monotonic()
+    known = kinds()
+    of = {name: known[(node_kinds or {}).get(name, "linux")] for name in nodes}
     with exclusive(SETUP_LOCK):
-        subprocess.run([str(REPO / "lab" / "image" / "build.sh")], check=True)
+        for build in dict.fromkeys(kind.build for kind in of.values()):
+            subprocess.run([str(build)], check=True)
         public_key, password = ensure_ssh_identity()
     if not exists("network", network):
         podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():
-        start_container(network, image, name, address)
+        start_container(network, of[name].image or image, name, address, of[name].command)
     for name, address in nodes.items():
         wait_for_systemd(name)
-        grant_access(name, public_key, password)
+        grant_access(name, public_key, password, of[name])
         trust_host_key(name, address)
-        login = ssh_login(address)
+        login = ssh_login(address, of[name].user)
         if login.returncode != 0:
-            raise SystemExit(f"{name}: ssh {ADMIN_USER}@{address} failed: "
+            raise SystemExit(f"{name}: ssh {of[name].user}@{address} failed: "
                              f"{login.stderr.strip()[-300:]}")
     took = time.monotonic() - started
     print(f"lab up in {took:.0f} s: " + ", ".join(f"{n} {a}" for n, a in nodes.items()))
@@ -328,7 +364,7 @@ def create(lab: Lab, outsider: bool = False) -> None:
     nodes = dict(lab.nodes)
     if outsider:
         nodes[lab.outsider[0]] = lab.outsider[1]
-    up(lab.network, lab.subnet, lab.image, nodes)
+    up(lab.network, lab.subnet, lab.image, nodes, lab.node_kinds)
 
 
 def labelled(network: str) -> list[str]:
@@ -374,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     up_parser.add_argument("--network", required=True)
     up_parser.add_argument("--subnet", required=True)
     up_parser.add_argument("--image", default="localhost/coordinator-lab-node:bookworm")
-    up_parser.add_argument("nodes", nargs="+", metavar="NAME=ADDRESS")
+    up_parser.add_argument("nodes", nargs="+", metavar="NAME=ADDRESS[:KIND]",
+                           help=f"KIND: {' or '.join(kinds())} (default linux)")
     down_parser = sub.add_parser("down", help="remove the given nodes and their network")
     down_parser.add_argument("--network", required=True)
     down_parser.add_argument("names", nargs="*", metavar="NAME")
@@ -383,8 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "up":
+        nodes = dict(node.split("=", 1) for node in args.nodes)
+        node_kinds = {name: where.split(":", 1)[1] for name, where in nodes.items()
+                      if ":" in where}
+        unknown = sorted(set(node_kinds.values()) - set(kinds()))
+        if unknown:
+            parser.error(f"unknown node kind {unknown[0]}: {' or '.join(kinds())}")
         up(args.network, args.subnet, args.image,
-           dict(node.split("=", 1) for node in args.nodes))
+           {name: where.split(":", 1)[0] for name, where in nodes.items()}, node_kinds)
         return 0
     if args.command == "down":
         down(args.network, args.names)
