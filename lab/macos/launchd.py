@@ -160,6 +160,7 @@ class Session:
         db[label] = disabled
         temporary = self.disabled_path.with_suffix(".tmp")
         temporary.write_bytes(plistlib.dumps(db, fmt=plistlib.FMT_XML))
+        temporary.chmod(0o644)  # the daemon runs with umask 0
         temporary.replace(self.disabled_path)
 
     # -- spawning -------------------------------------------------------------------------
@@ -383,15 +384,30 @@ class Session:
         return Reply(out="disabled services = {\n" + "".join(f"{x}\n" for x in lines) + "}\n")
 
     def do_list(self, request: Request) -> Reply:
+        if request.label:
+            return self.list_one(request.label)
         rows = ["PID\tStatus\tLabel"]
         for job in sorted(self.jobs.values(), key=lambda j: j.label):
-            if request.label and job.label != request.label:
-                continue
             # launchctl(1) list: the PID if running, the last exit status, negative for the
             # signal that killed it.
             pid = str(job.proc.pid) if job.proc else "-"
             rows.append(f"{pid}\t{last_status(job)}\t{job.label}")
         return Reply(out="".join(f"{row}\n" for row in rows))
+
+    def list_one(self, label: str) -> Reply:
+        """`launchctl list <label>`: the job as an old-style property list, as a Mac prints it
+        (https://github.com/Homebrew/homebrew-services/issues/601); an unknown label is 113
+        "... in domain for port" (https://github.com/iamkroot/trakt-scrobbler/issues/83)."""
+        job = self.jobs.get(label)
+        if job is None:
+            return Reply(proto.ENOSERVICE,
+                         err=f'Could not find service "{label}" in domain for port\n')
+        lines = [f'\t"Label" = "{label}";', f'\t"LastExitStatus" = {last_status(job)};']
+        if job.proc:
+            lines.append(f'\t"PID" = {job.proc.pid};')
+        lines += [f'\t"Program" = "{job.program}";', '\t"ProgramArguments" = (',
+                  *(f'\t\t"{a}";' for a in job.arguments), "\t);"]
+        return Reply(out="{\n" + "".join(f"{x}\n" for x in lines) + "};\n")
 
     def do_print(self, request: Request) -> Reply:
         if not request.label:

@@ -208,6 +208,12 @@ def test_bootstrap_runs_at_load_and_print_shows_it(mac: Mac):
     assert fields["exit timeout"] == "20"  # ExitTimeOut's default
     listed = mac.launchctl("list").stdout.splitlines()
     assert f"{pid}\t0\tlab.run" in listed
+    one = mac.launchctl("list", "lab.run").stdout
+    assert one.startswith('{\n\t"Label" = "lab.run";\n\t"LastExitStatus" = 0;\n')
+    assert f'\t"PID" = {pid};\n' in one
+    unknown = mac.launchctl("list", "lab.none")
+    assert (unknown.returncode, unknown.stderr) == (
+        113, 'Could not find service "lab.none" in domain for port\n')
     domain = mac.launchctl("print", DOMAIN).stdout
     assert f"\t\t{pid:>8} {'-':>6} \tlab.run\n" in domain
     missing = mac.launchctl("print", f"{DOMAIN}/lab.none")
@@ -370,7 +376,7 @@ def test_disable_persists_across_logins_and_login_skips_disabled_agents(mac: Mac
     # disable stops nothing now; it decides the next bootstrap.
     assert mac.printed("lab.off")["state"] == "running"
     mac.logout()
-    assert (mac.state / f"disabled.{UID}.plist").exists()
+    assert stat.S_IMODE((mac.state / f"disabled.{UID}.plist").stat().st_mode) == 0o644
     mac.login()
     mac.pid("lab.on")
     assert mac.gone("lab.off")
