@@ -195,6 +195,11 @@ class Session:
         outputs: list[int] = []
         job.env = self.environment(job)
         try:
+            if "LD_PRELOAD" in job.env and not os.path.isfile(job.env["LD_PRELOAD"]):
+                # Without its shim the switch would deny nothing: refuse the job instead.
+                print(f"lab launchd: {LOCALNET_DENIED} is set but the shim "
+                      f"{job.env['LD_PRELOAD']!r} does not exist", file=sys.stderr)
+                raise FileNotFoundError(job.env["LD_PRELOAD"])
             for key in ("StandardOutPath", "StandardErrorPath"):
                 outputs.append(open_log(spec.get(key), umask))
             job.proc = subprocess.Popen(

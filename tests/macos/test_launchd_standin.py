@@ -453,6 +453,13 @@ def test_default_path_and_missing_program(mac: Mac):
     assert mac.printed("lab.missing")["last exit code"] == "78: EX_CONFIG"
 
 
+def test_the_local_network_switch_without_its_shim_refuses_jobs(mac: Mac):
+    (mac.state / "localnet-denied").touch()
+    mac.launchctl("bootstrap", DOMAIN, str(mac.agent("lab.noshim", SLEEPER, RunAtLoad=True)))
+    fields = mac.printed("lab.noshim")
+    assert (fields["state"], fields["last exit code"]) == ("not running", "78: EX_CONFIG")
+
+
 def test_a_log_directory_that_cannot_be_made_means_ex_config(mac: Mac):
     blocker = mac.root / "file"
     blocker.write_text("")
@@ -547,11 +554,18 @@ def test_local_network_switch(tmp_path: Path, shim: str):
 @pytest.mark.skipif(PYTHON39 is None, reason="no Python 3.9 on this host")
 def test_runs_under_python_39(tmp_path: Path):
     mac = Mac(tmp_path, python=str(PYTHON39))
+    assert mac.launchctl("print", DOMAIN).returncode == 125
     mac.login()
     try:
-        plist = mac.agent("lab.py39", SLEEPER, RunAtLoad=True)
+        plist = mac.agent("lab.py39", SLEEPER, RunAtLoad=True, KeepAlive=True)
         assert mac.launchctl("bootstrap", DOMAIN, str(plist)).returncode == 0
-        mac.pid("lab.py39")
+        old = mac.pid("lab.py39")
+        kicked = mac.launchctl("kickstart", "-k", "-p", f"{DOMAIN}/lab.py39")
+        assert int(kicked.stdout) != old
+        assert mac.launchctl("kill", "SIGTERM", f"{DOMAIN}/lab.py39").returncode == 0
+        assert mac.launchctl("disable", f"{DOMAIN}/lab.py39").returncode == 0
+        assert '"lab.py39" => disabled' in mac.launchctl("print-disabled", DOMAIN).stdout
+        assert "lab.py39" in mac.launchctl("list").stdout
         assert mac.launchctl("bootout", f"{DOMAIN}/lab.py39").returncode == 0
         wait_until(lambda: mac.gone("lab.py39"), what="bootout")
     finally:
