@@ -22,6 +22,10 @@ description:
   - With O(digest), the model must be those weights. Ollama names can move to other weights
     (a tag pulled again later), so a pin says which ones a cluster runs. A present model with
     another digest fails the task, naming both, and is left alone.
+  - A listed model is not yet a model that serves (too little memory, a damaged blob, an
+    Ollama that lists what it cannot load). With O(generate), the default, the model is
+    proven by a one-token generation (C(POST /api/generate) with C(options.num_predict) 1,
+    not streamed), and the task fails with Ollama's own words when it does not answer.
   - Runs on the target with the Python standard library and Ansible's own URL helpers only.
 version_added: "0.1.0"
 options:
@@ -72,6 +76,16 @@ options:
     type: int
     default: 0
     version_added: "0.3.0"
+  generate:
+    description:
+      - After the model is present, ask it for one token (C(POST /api/generate), C(stream)
+        false, C(options.num_predict) 1), which loads it, and fail unless Ollama answers
+        C(done). Not in check mode, and not with O(state=absent).
+      - A model that has to be loaded from disk takes a while; the generation may take the
+        smaller of O(timeout) and 300 seconds.
+    type: bool
+    default: true
+    version_added: "0.4.0"
   insecure:
     description:
       - Let Ollama pull from a registry over plain HTTP or with an unverified certificate
@@ -89,7 +103,7 @@ attributes:
     support: full
     details: >-
       Reports whether the model would be pulled or deleted, and fails as a run would when a
-      present model does not match O(digest); only C(GET /api/tags) is sent.
+      present model does not match O(digest); only C(GET /api/tags) is sent (no generation).
   diff_mode:
     support: none
 notes:
@@ -191,6 +205,28 @@ pull:
       description: Number of layers (blobs) Ollama reported.
       type: int
       sample: 4
+generated:
+  description:
+    - Ollama's answer to the one-token generation that proved the model serves.
+  returned: when O(generate) ran (O(state=present), not in check mode)
+  type: dict
+  contains:
+    response:
+      description: The token generated.
+      type: str
+      sample: OK
+    done_reason:
+      description: Why Ollama stopped (V(length) after the one token).
+      type: str
+      sample: length
+    eval_count:
+      description: Tokens generated.
+      type: int
+      sample: 1
+    load_duration:
+      description: Nanoseconds Ollama took to load the model for it (0 when it was loaded).
+      type: int
+      sample: 1523000000
 msg:
   description: One line saying what happened.
   returned: always
@@ -212,6 +248,8 @@ from ansible.module_utils.urls import open_url
 
 # Listing and deleting are quick; a dead host should not hold the play for the pull timeout.
 QUICK_TIMEOUT = 30
+# A first generation loads the weights from disk: gigabytes, on a slow disk a few minutes.
+LOAD_TIMEOUT = 300
 
 
 class OllamaError(Exception):
@@ -400,6 +438,24 @@ def model_summary(entry: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def one_token_request(name: str) -> dict[str, Any]:
+    """The body of ``POST /api/generate`` that loads ``name`` and generates a single token
+    (api.md: ``options.num_predict``, ``stream: false`` for one JSON answer)."""
+    return {"model": name, "prompt": "Say OK.", "stream": False, "options": {"num_predict": 1}}
+
+
+def generated_summary(answer: Any) -> dict[str, Any]:
+    """What the one-token generation said; OllamaError unless Ollama finished it (``done``)."""
+    if not isinstance(answer, dict) or answer.get("done") is not True:
+        raise OllamaError(f"it answered {json.dumps(answer)[:200]}")
+    return {
+        "response": str(answer.get("response") or ""),
+        "done_reason": str(answer.get("done_reason") or ""),
+        "eval_count": int(answer.get("eval_count") or 0),
+        "load_duration": int(answer.get("load_duration") or 0),
+    }
+
+
 # ---------------------------------------------------------------------------
 # HTTP client: the only code that talks to Ollama.
 # ---------------------------------------------------------------------------
@@ -440,6 +496,11 @@ class OllamaClient:
             "DELETE", "/api/delete", {"model": name}, min(self.timeout, QUICK_TIMEOUT)
         )
         response.close()
+
+    def generate(self, body: dict[str, Any]) -> Any:
+        response = self._open("POST", "/api/generate", body, min(self.timeout, LOAD_TIMEOUT))
+        with response:
+            return json.loads(response.read() or b"null")
 
     def pull(self, name: str, insecure: bool) -> PullProgress:
         """Pull ``name``, reading progress line by line until ``success`` or the deadline."""
@@ -513,9 +574,11 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         "model": model_summary(entry),
         "digest": entry.get("digest") if entry else None,
     }
+    # Only a present model generates; check mode sends nothing but GET /api/tags.
+    generate = params["state"] == "present" and params["generate"] and not module.check_mode
     if operation == "none":
         result["msg"] = f"{name} is already {params['state']}"
-        return result
+        return prove(client, name, result) if generate else result
     if module.check_mode:
         result["msg"] = f"would {operation} {name} (check mode)"
         return result
@@ -538,6 +601,18 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     mismatch = pin_mismatch(name, client.url, entry, pin)
     if mismatch is not None:
         raise OllamaError(f"pulled, and it stays: {mismatch}")
+    return prove(client, name, result) if generate else result
+
+
+def prove(client: OllamaClient, name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the one-token generation that proves a present model serves."""
+    try:
+        result["generated"] = generated_summary(client.generate(one_token_request(name)))
+    except OllamaUnreachable:
+        raise
+    except OllamaError as exc:
+        raise OllamaError(f"Ollama at {client.url} lists {name} but does not generate with it: "
+                          f"{exc}") from exc
     return result
 
 
@@ -550,6 +625,7 @@ def main() -> None:
             "host": {"type": "str", "default": "http://127.0.0.1:11434"},
             "timeout": {"type": "int", "default": 3600},
             "wait": {"type": "int", "default": 0},
+            "generate": {"type": "bool", "default": True},
             "insecure": {"type": "bool", "default": False},
             "validate_certs": {"type": "bool", "default": True},
         },

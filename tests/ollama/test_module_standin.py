@@ -224,3 +224,42 @@ def test_a_wrong_digest_option_fails_before_asking_ollama(standin, run_module, a
     result = run_module({"name": HF, "host": standin.url, **args})
     assert (result["failed"], result["msg"]) == (True, message)
     assert "/api/tags" not in standin.config()["requests"]
+
+
+# -- the one-token generation that proves a model serves --------------------------------------
+
+
+def test_a_present_model_is_proven_by_one_generated_token(standin, run_module):
+    result = run_module({"name": HF, "host": standin.url})
+    assert result["changed"] is False
+    assert result["generated"]["response"]
+    assert result["generated"]["eval_count"] >= 1
+    assert standin.config()["requests"]["/api/generate"] == 1
+
+
+def test_a_pulled_model_is_proven_too(standin, run_module):
+    result = run_module({"name": "llama3.2:3b", "host": standin.url})
+    assert result["operation"] == "pull"
+    assert result["generated"]["response"]
+    assert standin.config()["requests"]["/api/generate"] == 1
+
+
+def test_a_listed_model_that_does_not_load_fails_with_ollamas_words(standin, run_module):
+    error = "llama runner process has terminated: exit status 2"
+    standin.config(load_errors={HF: error})
+    result = run_module({"name": HF, "host": standin.url})
+    assert result["failed"] is True
+    assert result["msg"] == (f"Ollama at {standin.url} lists {HF} but does not generate with "
+                             f"it: {error}")
+
+
+@pytest.mark.parametrize("args", [{"generate": False}, {"state": "absent"}])
+def test_no_generation_when_not_asked_or_absent(standin, run_module, args):
+    run_module({"name": HF, "host": standin.url, **args})
+    assert "/api/generate" not in standin.config()["requests"]
+
+
+def test_check_mode_sends_no_generation(standin, run_module):
+    result = run_module({"name": HF, "host": standin.url}, check=True)
+    assert "generated" not in result
+    assert "/api/generate" not in standin.config()["requests"]

@@ -339,3 +339,23 @@ def test_pin_mismatch_names_both_short_digests_and_only_when_they_differ():
     assert om.pin_mismatch("m", "http://h", {"digest": other}, pin) == (
         f"m on http://h has digest {other[:12]}, pinned {pin[:12]}: same name, other weights; "
         "pull the pinned weights there, or change the pin")
+
+
+def test_the_proof_asks_for_one_token_in_one_answer():
+    # api.md: options.num_predict caps the tokens generated; stream false gives one object.
+    assert om.one_token_request(HF) == {"model": HF, "prompt": "Say OK.", "stream": False,
+                                        "options": {"num_predict": 1}}
+
+
+def test_a_finished_generation_is_summarized():
+    answer = {"model": HF, "response": "OK", "done": True, "done_reason": "length",
+              "eval_count": 1, "load_duration": 1523000000, "total_duration": 1600000000}
+    assert om.generated_summary(answer) == {"response": "OK", "done_reason": "length",
+                                            "eval_count": 1, "load_duration": 1523000000}
+
+
+@pytest.mark.parametrize("answer", [None, [], {"response": "O", "done": False}])
+def test_an_unfinished_generation_is_an_error(answer):
+    with pytest.raises(om.OllamaError) as raised:
+        om.generated_summary(answer)
+    assert str(raised.value) == f"it answered {json.dumps(answer)}"

@@ -37,6 +37,11 @@ def mac(tmp_path: Path, standin, run_playbook):
     launchctl.write_text(f'#!/bin/sh\nFAKE_LAUNCHCTL_STATE="{state}" exec "{sys.executable}" '
                          f'"{DOUBLES / "launchctl"}" "$@"\n')
     launchctl.chmod(0o755)
+    # What listens on the Ollama port: nothing unless a test writes lsof -F output here.
+    lsof = bin_dir / "lsof"
+    lsof.write_text(f'#!/bin/sh\nFAKE_LSOF="{tmp_path / "lsof.out"}" exec '
+                    f'"{Path(__file__).parent / "doubles" / "lsof"}" "$@"\n')
+    lsof.chmod(0o755)
     # The installed binary preflight looks for (ollama_install: false); never run here.
     ollama = bin_dir / "ollama"
     ollama.write_text("#!/bin/sh\nexit 0\n")
@@ -125,3 +130,28 @@ def test_homebrews_own_ollama_service_is_refused_before_anything_changes(mac):
     assert f"print gui/{UID}/homebrew.mxcl.ollama" in refused["all_calls"]
     assert refused["calls"] == []
     assert not plist.exists()
+
+
+def test_another_server_on_the_port_is_named_before_anything_changes(mac, tmp_path):
+    """Ollama.app's server holds the port (lsof -F output as macOS prints it): the role says
+    which process and what to do, and writes nothing."""
+    converge, plist, _state, standin = mac
+    port = standin.url.rsplit(":", 1)[1]
+    (tmp_path / "lsof.out").write_text(f"p812\ncOllama\nf4\nn127.0.0.1:{port}\n")
+    refused = converge(fails=True)
+    assert (f"Ollama (pid 812, 127.0.0.1:{port}) listens on port {port} on localhost, where "
+            "the role's com.ollama.serve must serve (its agent would restart every 10 s beside "
+            "it): quit Ollama.app and remove it from System Settings > General > Login Items "
+            "(or stop that server), then run again") in " ".join(refused["output"].split())
+    assert (tmp_path / "lsof.out.args").read_text() == f"-nP -iTCP:{port} -sTCP:LISTEN -F pcn\n"
+    assert refused["calls"] == []
+    assert not plist.exists()
+
+
+def test_the_roles_own_agent_on_the_port_is_no_conflict(mac, tmp_path):
+    converge, _plist, state, standin = mac
+    port = standin.url.rsplit(":", 1)[1]
+    # launchd runs com.ollama.serve as pid 4242, the process lsof finds on the port.
+    state.write_text(json.dumps({"loaded": ["com.ollama.serve"], "disabled": [], "calls": []}))
+    (tmp_path / "lsof.out").write_text(f"p4242\ncollama\nn*:{port}\n")
+    converge()

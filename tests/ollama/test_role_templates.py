@@ -99,6 +99,8 @@ def test_mac_defaults(render):
         },
         "RunAtLoad": True,
         "KeepAlive": True,
+        # Not throttled as a background job would be.
+        "ProcessType": "Interactive",
         "StandardOutPath": "/Users/alice/Library/Logs/ollama.log",
         "StandardErrorPath": "/Users/alice/Library/Logs/ollama.log",
     }
