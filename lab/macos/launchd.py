@@ -32,9 +32,10 @@ from typing import Any
 import launchd_protocol as proto
 from launchd_protocol import Reply, Request
 
-# sysexits.h EX_CONFIG: modern launchd's "last exit code" for a job it could not spawn
-# (a missing program): https://github.com/nessa-sh/nessa startup.rs notes, quoted in
-# README.md, and `78: EX_CONFIG` in launchctl print captures.
+# sysexits.h EX_CONFIG: launchd's "last exit code" for a job it could not spawn (a program
+# that cannot be executed, a log it cannot open): https://stackoverflow.com/questions/
+# 34215527 (status 78 from a bad shebang or an unwritable log directory),
+# https://github.com/LrGenius/LrGeniusAI/pull/298 (`last exit code = 78: EX_CONFIG`).
 EX_CONFIG = 78
 NEVER_EXITED = "(never exited)"
 # launchd's own umask, which a job keeps when its plist sets no Umask.
