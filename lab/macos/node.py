@@ -23,6 +23,7 @@ import sys
 import yaml
 
 from lab import lab
+from lab.macos import launchd_protocol
 
 # The node is reached as the home inventory's MacBook Air is: its login user is read from
 # there, so the lab cannot drift from the machine it stands for.
@@ -35,14 +36,19 @@ UID = 501
 GROUP = "staff"
 GID = 20
 HOME = f"/Users/{USER}"
-# launchd's contract with the image (lab/macos/launchd.py): its socket, its state directory
-# (where macOS keeps disabled.<uid>.plist: /private/var/db/com.apple.xpc.launchd) and the
-# systemd unit that is "the user logged in at the console".
+# launchd's contract with the image (lab/macos/launchd.py): the socket launchctl finds, its
+# state directory (where macOS keeps disabled.<uid>.plist:
+# /private/var/db/com.apple.xpc.launchd) and the systemd unit that is "the user logged in at
+# the console".
+LAUNCHD_SOCKET = launchd_protocol.socket_path(UID)
 LAUNCHD_STATE_DIR = "/var/db/com.apple.xpc.launchd"
-LAUNCHD_SOCKET_DIR = "/run/lab-launchd"
 SESSION_UNIT = "lab-gui-session.service"
 LOCALNET_DENIED = f"{LAUNCHD_STATE_DIR}/localnet-denied"
 LOCALNET_GRANTED = f"{LAUNCHD_STATE_DIR}/localnet-granted"
+# The Command Line Tools (xcode-select --install) and their Python 3 framework, whose
+# python3 /usr/bin/python3 runs on a Mac without Xcode.
+CLT = "/Library/Developer/CommandLineTools"
+CLT_PYTHON = f"{CLT}/Library/Frameworks/Python3.framework/Versions/3.9"
 # Ollama.app's own server binary, started by the app outside the user's LaunchAgents, on
 # Ollama's default address (https://github.com/ollama/ollama/blob/main/docs/faq.md:
 # "Ollama binds 127.0.0.1 port 11434 by default").
@@ -51,15 +57,17 @@ OLLAMA_APP_BINARY = f"{OLLAMA_APP}/Contents/Resources/ollama"
 OLLAMA_APP_HOST = "127.0.0.1:11434"
 # Where the image keeps the app until ollama-app-start "installs" it (a stock Mac has none).
 OLLAMA_APP_SOURCE = "/opt/lab-macos/apps/Ollama.app"
-OLLAMA_APP_PIDFILE = "/run/lab-ollama-app.pid"
+OLLAMA_APP_PIDFILE = "/tmp/lab-ollama-app.pid"
 OLLAMA_APP_LOG = "/tmp/lab-ollama-app.log"
 
 
 def build_env() -> dict[str, str]:
     """The facts lab/macos/image/build.sh bakes into the image (and hashes)."""
-    return {"MAC_USER": USER, "MAC_UID": str(UID), "MAC_GROUP": GROUP, "MAC_GID": str(GID),
-            "LAUNCHD_STATE_DIR": LAUNCHD_STATE_DIR, "LAUNCHD_SOCKET_DIR": LAUNCHD_SOCKET_DIR,
-            "SESSION_UNIT": SESSION_UNIT, "OLLAMA_APP_SOURCE": OLLAMA_APP_SOURCE}
+    return {"MAC_USER": USER, "MAC_HOME": HOME, "MAC_UID": str(UID), "MAC_GROUP": GROUP,
+            "MAC_GID": str(GID),
+            "LAUNCHD_STATE_DIR": LAUNCHD_STATE_DIR, "LAUNCHD_SOCKET": LAUNCHD_SOCKET,
+            "SESSION_UNIT": SESSION_UNIT, "OLLAMA_APP_SOURCE": OLLAMA_APP_SOURCE,
+            "CLT": CLT, "CLT_PYTHON": CLT_PYTHON}
 
 
 def root_shell(name: str, script: str) -> str:

@@ -90,18 +90,23 @@ trap "rm -rf '$context'" EXIT
 # A pyenv build is a shared-library build whose RUNPATH names its own prefix
 # (/root/.pyenv/versions/X/lib); relocated, the interpreter finds libpython through
 # $ORIGIN instead. The test suites (a third of the size) are left out.
+# Its scripts (pip3, pydoc3, ...) name the interpreter by its pyenv path: they get the path
+# the copy has in the image.
 copy_python() {
-  local from="$1" to="$2" version="$3"
+  local from="$1" to="$2" version="$3" final="$4"
   mkdir -p "$to"
   tar -C "$from" --exclude="lib/python$version/test" --exclude="lib/python$version/*/tests" \
     --exclude="lib/python$version/idlelib/idle_test" -c . | tar -C "$to" -x
   # shellcheck disable=SC2016
   patchelf --set-rpath '$ORIGIN/../lib' "$to/bin/python$version"
+  grep -rlZ --binary-files=without-match "^#!$from/bin/" "$to/bin" \
+    | xargs -0 -r sed -i "1s|^#!$from/bin/|#!$final/bin/|"
 }
 log "copying Python $(basename "$py39") (Command Line Tools) and $(basename "$py312") (bottle)"
-copy_python "$py39" "$context/clt-python" 3.9
+copy_python "$py39" "$context/clt-python" 3.9 "$CLT_PYTHON"
 py312_version="$(basename "$py312")"
-copy_python "$py312" "$context/bottles/python@3.12/$py312_version" 3.12
+copy_python "$py312" "$context/bottles/python@3.12/$py312_version" 3.12 \
+  "/opt/homebrew/Cellar/python@3.12/$py312_version"
 
 # The ollama "bottle" and Ollama.app: the launcher and the stand-in it runs.
 ollama_keg="$context/bottles/ollama/$ollama_version"

@@ -47,7 +47,7 @@ FORMULAE = {
     "python@3.12": {"desc": "Interpreted, interactive, object-oriented programming language",
                     "homepage": "https://www.python.org/", "aliases": ["python3.12"],
                     # The formula links only the versioned programs into the prefix.
-                    "links": lambda name: "3.12" in name},
+                    "links": lambda name: "3.12" in name and not name.endswith(".py")},
     "ollama": {"desc": "Create, run, and share large language models (LLMs)",
                "homepage": "https://ollama.com/", "aliases": [],
                "links": lambda name: True},

@@ -5,8 +5,6 @@
 # Mac-shaped node", gives the macOS source of each.
 set -eu
 files=/tmp/mac-files
-clt=/Library/Developer/CommandLineTools
-framework=$clt/Library/Frameworks/Python3.framework/Versions/3.9
 
 # zsh, the login shell of every macOS account since 10.15
 # (https://support.apple.com/en-us/102360).
@@ -31,8 +29,8 @@ sed -e '/^g dialout /d' -e "s/^g staff .*/g staff      $MAC_GID    -/" \
   >/etc/sysusers.d/basic.conf
 systemd-sysusers
 getent group root >/dev/null && { echo "finish-mac.sh: a group root is left" >&2; exit 1; }
-mkdir -p /Users
-useradd --uid "$MAC_UID" --gid "$MAC_GROUP" --home-dir "/Users/$MAC_USER" --create-home \
+mkdir -p "$(dirname "$MAC_HOME")"
+useradd --uid "$MAC_UID" --gid "$MAC_GROUP" --home-dir "$MAC_HOME" --create-home \
   --shell /bin/zsh "$MAC_USER"
 
 # sshd gives a command the PATH macOS's sshd gives (Apple's OpenSSH is built with
@@ -46,8 +44,8 @@ SetEnv PATH=/usr/bin:/bin:/usr/sbin:/sbin
 EOF
 : >/etc/zsh/zshenv
 # Homebrew's installer tells the user to add this to ~/.zprofile ("Next steps").
-printf 'eval "$(/opt/homebrew/bin/brew shellenv)"\n' >"/Users/$MAC_USER/.zprofile"
-chown "$MAC_USER:$MAC_GROUP" "/Users/$MAC_USER/.zprofile"
+printf 'eval "$(/opt/homebrew/bin/brew shellenv)"\n' >"$MAC_HOME/.zprofile"
+chown "$MAC_USER:$MAC_GROUP" "$MAC_HOME/.zprofile"
 
 # macOS's identity: SystemVersion.plist (sw_vers, platform.mac_ver()) and sw_vers itself.
 mkdir -p /System/Library/CoreServices
@@ -57,12 +55,12 @@ install -m 0755 "$files/sw_vers.py" /usr/bin/sw_vers
 # The Command Line Tools' Python 3.9 is /usr/bin/python3; Debian's python3 stays as
 # /usr/bin/python3.11 for the lab's own programs (launchd's and Ollama's stand-ins, the BSD
 # tools), which name it directly.
-install -m 0644 "$files/sitecustomize.py" "$framework/lib/python3.9/site-packages/sitecustomize.py"
-mkdir -p "$clt/usr/bin"
-ln -s ../../Library/Frameworks/Python3.framework/Versions/3.9/bin/python3 "$clt/usr/bin/python3"
+install -m 0644 "$files/sitecustomize.py" "$CLT_PYTHON/lib/python3.9/site-packages/sitecustomize.py"
+mkdir -p "$CLT/usr/bin"
+ln -s "$CLT_PYTHON/bin/python3" "$CLT/usr/bin/python3"
 dpkg-divert --quiet --local --rename --divert /usr/bin/python3.debian --add /usr/bin/python3
-ln -s "$clt/usr/bin/python3" /usr/bin/python3
-"$framework/bin/python3.9" -c 'import platform, sys; assert sys.version_info[:2] == (3, 9) and platform.system() == "Darwin"'
+ln -s "$CLT/usr/bin/python3" /usr/bin/python3
+"$CLT_PYTHON/bin/python3.9" -c 'import platform, sys; assert sys.version_info[:2] == (3, 9) and platform.system() == "Darwin"'
 
 # BSD userland where the product calls it; the GNU tools leave PATH (kept for the lab).
 mkdir -p /usr/libexec/lab-gnu
@@ -80,8 +78,8 @@ install -m 0755 "$files/lsof.py" /usr/sbin/lsof
 # and the unit that is "the user is logged in at the console" (automatic login).
 ln -s /opt/lab-macos/launchctl /bin/launchctl
 install -d -o "$MAC_USER" -g "$MAC_GROUP" -m 0755 "$LAUNCHD_STATE_DIR"
-install -d -o "$MAC_USER" -g "$MAC_GROUP" -m 0700 "/Users/$MAC_USER/Library" \
-  "/Users/$MAC_USER/Library/LaunchAgents" "/Users/$MAC_USER/Library/Logs"
+install -d -o "$MAC_USER" -g "$MAC_GROUP" -m 0700 "$MAC_HOME/Library" \
+  "$MAC_HOME/Library/LaunchAgents" "$MAC_HOME/Library/Logs"
 cat >"/etc/systemd/system/$SESSION_UNIT" <<EOF
 # Lab: $MAC_USER logged in at the console. While this runs, launchd's gui/$MAC_UID domain
 # exists; stopping it is a logout (launchd stops the domain's jobs, then exits).
@@ -92,8 +90,8 @@ After=network.target ssh.service
 [Service]
 User=$MAC_USER
 Group=$MAC_GROUP
-RuntimeDirectory=$(basename "$LAUNCHD_SOCKET_DIR")
-ExecStart=/usr/bin/python3.11 /opt/lab-macos/launchd.py --socket $LAUNCHD_SOCKET_DIR/gui-$MAC_UID.sock --state-dir $LAUNCHD_STATE_DIR --home /Users/$MAC_USER --localnet-shim /opt/lab-macos/localnet_deny.so
+RuntimeDirectory=$(basename "$(dirname "$LAUNCHD_SOCKET")")
+ExecStart=/usr/bin/python3.11 /opt/lab-macos/launchd.py --socket $LAUNCHD_SOCKET --state-dir $LAUNCHD_STATE_DIR --home $MAC_HOME --localnet-shim /opt/lab-macos/localnet_deny.so
 # SIGTERM to launchd alone: it stops its jobs as a logout does (each its ExitTimeOut).
 KillMode=mixed
 TimeoutStopSec=120
