@@ -41,10 +41,6 @@ NEVER_EXITED = "(never exited)"
 # launchd's own umask, which a job keeps when its plist sets no Umask.
 DEFAULT_UMASK = 0o022
 RICHER = "Try re-running the command as root for richer errors.\n"
-# Files the switches and the disabled database live in, under --state-dir.
-LOCALNET_DENIED = "localnet-denied"
-LOCALNET_GRANTED = "localnet-granted"
-GRANTED_ENV = "LAB_LOCALNET_GRANTED"
 
 
 class Refused(Exception):
@@ -140,7 +136,7 @@ class Session:
         self.jobs: dict[str, Job] = {}
         # One lock for all state; reapers and timers notify through it.
         self.cond = threading.Condition()
-        self.disabled_path = state_dir / f"disabled.{uid}.plist"
+        self.disabled_path = state_dir / proto.disabled_db_name(uid)
 
     # -- the disabled database ------------------------------------------------------------
 
@@ -179,10 +175,10 @@ class Session:
                "LOGNAME": entry.pw_name, "SHELL": entry.pw_shell, "TMPDIR": self.tmpdir,
                "XPC_SERVICE_NAME": job.label, "XPC_FLAGS": "0x0"}
         env.update({str(k): str(v) for k, v in job.spec.get("EnvironmentVariables", {}).items()})
-        if (self.state_dir / LOCALNET_DENIED).exists():
+        if (self.state_dir / proto.LOCALNET_DENIED).exists():
             # macOS 15 Local Network privacy, as an LD_PRELOAD shim (localnet_deny.c).
             env["LD_PRELOAD"] = self.shim
-            env[GRANTED_ENV] = str(self.state_dir / LOCALNET_GRANTED)
+            env[proto.LOCALNET_GRANTED_ENV] = str(self.state_dir / proto.LOCALNET_GRANTED)
         return env
 
     def spawn(self, job: Job) -> None:
@@ -198,7 +194,7 @@ class Session:
         try:
             if "LD_PRELOAD" in job.env and not os.path.isfile(job.env["LD_PRELOAD"]):
                 # Without its shim the switch would deny nothing: refuse the job instead.
-                print(f"lab launchd: {LOCALNET_DENIED} is set but the shim "
+                print(f"lab launchd: {proto.LOCALNET_DENIED} is set but the shim "
                       f"{job.env['LD_PRELOAD']!r} does not exist", file=sys.stderr)
                 raise FileNotFoundError(job.env["LD_PRELOAD"])
             for key in ("StandardOutPath", "StandardErrorPath"):

@@ -25,6 +25,19 @@ from dataclasses import asdict, dataclass, field
 SOCKET_DIR = "/run/lab-launchd"
 SOCKET_DIR_ENV = "LAB_LAUNCHD_SOCKET_DIR"
 
+# Under the daemon's --state-dir: the lab's Local Network switch (exists: jobs started from
+# then on are denied), the grants (resolved executables, one a line; localnet_deny.c reads
+# the file named by LOCALNET_GRANTED_ENV), and the disabled database.
+LOCALNET_DENIED = "localnet-denied"
+LOCALNET_GRANTED = "localnet-granted"
+LOCALNET_GRANTED_ENV = "LAB_LOCALNET_GRANTED"
+
+
+def disabled_db_name(uid: int) -> str:
+    """macOS keeps it as /private/var/db/com.apple.xpc.launchd/disabled.<uid>.plist."""
+    return f"disabled.{uid}.plist"
+
+
 # errno values and launchd's own error codes as macOS numbers and words them. The XPC
 # codes 112/113/125 are launchd's (Procursus launchctl.h: ENODOMAIN 112, ENOSERVICE 113;
 # 125 "Domain does not support specified action" is quoted from real Macs below).

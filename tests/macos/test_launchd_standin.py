@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.macos import launchd_protocol as proto
+
 MACOS = Path(__file__).resolve().parents[2] / "lab" / "macos"
 DAEMON = MACOS / "launchd.py"
 CLIENT = MACOS / "launchctl"
@@ -382,7 +384,7 @@ def test_disable_persists_across_logins_and_login_skips_disabled_agents(mac: Mac
     # disable stops nothing now; it decides the next bootstrap.
     assert mac.printed("lab.off")["state"] == "running"
     mac.logout()
-    assert stat.S_IMODE((mac.state / f"disabled.{UID}.plist").stat().st_mode) == 0o644
+    assert stat.S_IMODE((mac.state / proto.disabled_db_name(UID)).stat().st_mode) == 0o644
     mac.login()
     mac.pid("lab.on")
     assert mac.gone("lab.off")
@@ -460,7 +462,7 @@ def test_default_path_and_missing_program(mac: Mac):
 
 
 def test_the_local_network_switch_without_its_shim_refuses_jobs(mac: Mac):
-    (mac.state / "localnet-denied").touch()
+    (mac.state / proto.LOCALNET_DENIED).touch()
     mac.launchctl("bootstrap", DOMAIN, str(mac.agent("lab.noshim", SLEEPER, RunAtLoad=True)))
     fields = mac.printed("lab.noshim")
     assert (fields["state"], fields["last exit code"]) == ("not running", "78: EX_CONFIG")
@@ -533,7 +535,7 @@ def test_local_network_switch(tmp_path: Path, shim: str):
             assert mac.launchctl("bootstrap", DOMAIN, str(path)).returncode == 0
             return json.loads(str(wait_until(lambda: out.exists() and out.read_text())))
 
-        (mac.state / "localnet-denied").touch()
+        (mac.state / proto.LOCALNET_DENIED).touch()
         denied = probe("lab.denied")
         assert denied["127.0.0.1"] == 0
         assert denied["10.255.255.1"] == errno.EHOSTUNREACH
@@ -541,10 +543,10 @@ def test_local_network_switch(tmp_path: Path, shim: str):
             assert denied[lan] == errno.EHOSTUNREACH
             # A process the launchd did not start (SSH) connects.
             socket.create_connection((lan, port), timeout=3).close()
-            (mac.state / "localnet-granted").write_text(os.path.realpath(PY) + "\n")
+            (mac.state / proto.LOCALNET_GRANTED).write_text(os.path.realpath(PY) + "\n")
             assert probe("lab.granted")[lan] == 0
-        (mac.state / "localnet-denied").unlink()
-        (mac.state / "localnet-granted").unlink(missing_ok=True)
+        (mac.state / proto.LOCALNET_DENIED).unlink()
+        (mac.state / proto.LOCALNET_GRANTED).unlink(missing_ok=True)
         assert probe("lab.allowed")["127.0.0.1"] == 0
         allowed = mac.launchctl("print", f"{DOMAIN}/lab.allowed").stdout
         assert "LD_PRELOAD" not in allowed
