@@ -13,6 +13,7 @@ until PostgreSQL takes it), recovery of the processing list, and SIGTERM.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import platform
@@ -298,6 +299,28 @@ def postgres_login_hint(error: str, dsn: str, worker_host: str) -> str:
             "covers this network, and the firewall")
 
 
+def base_interpreter() -> str:
+    """The Python binary this process runs, past the virtualenv's link: macOS's Local
+    Network privacy grants a binary, and a venv's python is a link to its base interpreter
+    (sys._base_executable, the venv's `home` interpreter)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def local_network_hint(error: str, system: str, interpreter: str) -> str | None:
+    """The fix for a LAN connection macOS's Local Network privacy denied, else None.
+
+    macOS 15 answers such a connect() with EHOSTUNREACH (65) for a program without the
+    grant, and asks no one when the program is a LaunchAgent's; the same check run from an
+    SSH session connects. Redis, psycopg2 (libpq) and requests all put the system's text of
+    the error in their messages."""
+    if system != "Darwin" or os.strerror(errno.EHOSTUNREACH) not in error:
+        return None
+    return (f"macOS's Local Network privacy may deny this program the LAN (EHOSTUNREACH, while "
+            f"the same check run over SSH connects): allow {interpreter} in System Settings > "
+            "Privacy & Security > Local Network, then restart the worker; a virtualenv built "
+            "on another Python needs that one allowed")
+
+
 def is_loopback(host: str | None) -> bool:
     return host in (None, "localhost", "127.0.0.1", "::1", "0.0.0.0")
 
@@ -456,7 +479,10 @@ class Worker:
         except redis.RedisError as error:
             text = one_line(error)
             tls_problem = redis_tls_problem(text, self.cfg.redis_ca_file)
-            if tls_problem:
+            local_network = local_network_hint(text, platform.system(), base_interpreter())
+            if local_network:
+                fix = f"fix: {local_network}"
+            elif tls_problem:
                 fix = f"fix: {tls_problem}"
             elif "AUTH" in text and "without any password configured" in text:
                 fix = "fix: this Redis has no password; unset REDIS_PASSWORD"
@@ -474,7 +500,9 @@ class Worker:
             conn = self.connect_db()
         except psycopg2.Error as error:
             text = one_line(error)
-            hint = postgres_login_hint(text, self.cfg.pg_dsn, self.cfg.worker_host)
+            local_network = local_network_hint(text, platform.system(), base_interpreter())
+            hint = (f"fix: {local_network}" if local_network
+                    else postgres_login_hint(text, self.cfg.pg_dsn, self.cfg.worker_host))
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: login refused: {text}; "
                               f"{hint}") from None
         try:
@@ -576,8 +604,9 @@ class Worker:
             response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
         except OSError as error:  # requests' errors, and its OSError for a missing CA file
             text = one_line(error)
-            fix = (coordinator_tls_problem(self.cfg.coordinator_url, repr(error),
-                                           self.cfg.coordinator_ca_file)
+            fix = (local_network_hint(text, platform.system(), base_interpreter())
+                   or coordinator_tls_problem(self.cfg.coordinator_url, repr(error),
+                                              self.cfg.coordinator_ca_file)
                    or "check COORDINATOR_URL and that the Coordinator runs")
             raise CheckFailed(f"Coordinator check FAILED: not reachable at "
                               f"{self.cfg.coordinator_url} ({text}); fix: {fix}") from None
