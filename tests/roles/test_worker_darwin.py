@@ -6,10 +6,12 @@ No Mac here: the play poses as one (faked facts) and a fake launchctl records ev
 
 from __future__ import annotations
 
+import getpass
 import json
 import plistlib
 import re
 import stat
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -340,3 +342,212 @@ def test_verify_of_an_agent_launchd_does_not_run_fails_at_once_with_its_log(tmp_
     assert "pid ?" in flat
     assert "Traceback: the web worker died" in flat
     assert not (tmp_path / "registered.json").exists()
+
+
+# -- the virtualenv's interpreter (tasks/preflight.yml, tasks/install.yml) ---------------------
+#
+# A Mac as it ships: over SSH its PATH is /usr/bin:/bin:/usr/sbin:/sbin, whose python3 is the
+# Command Line Tools' 3.9, and Homebrew (when installed) is off that PATH. Here PATH's python3
+# is a CPython 3.9 (pyenv's), Homebrew's prefix and python.org's Frameworks directory are
+# folders of the test, their interpreters pyenv's CPythons of the same versions.
+
+PYENV = Path.home() / ".pyenv" / "versions"
+FORMULA = "python@3.12"
+
+
+def cpython(minor: str) -> Path:
+    """pyenv's CPython <minor> (3.9, 3.12, ...); the test is skipped without it."""
+    found = sorted(PYENV.glob(f"{minor}.*/bin/python{minor}"))
+    if not found:
+        pytest.skip(f"no CPython {minor} under {PYENV}")
+    return found[-1]
+
+
+def version_of(python: Path) -> str:
+    return subprocess.run([str(python), "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+# Homebrew's own brew, as far as the role uses it through community.general.homebrew:
+# `brew info --json=v2 <formula>` (an entry per formula, "installed" listing the versions
+# installed, empty when none: https://docs.brew.sh/Querying-Brew) and `brew install
+# <formula>`, which puts the keg in Cellar/<formula>/<version> and links opt/<formula> to it
+# (https://docs.brew.sh/Formula-Cookbook, "opt_prefix"). Like Homebrew's bin/brew it refuses
+# root outside a container (Library/Homebrew/brew.sh, check-run-command-as-root).
+FAKE_BREW = '''#!{python}
+import json, os, sys
+from pathlib import Path
+
+prefix = Path(__file__).resolve().parent.parent
+with open(prefix / "brew-calls.json", "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+container = os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+if os.geteuid() == 0 and not container:
+    sys.exit("Error: Running Homebrew as root is extremely dangerous and no longer supported.")
+formulae = {{{formula!r}: {python!r}}}
+command, names = sys.argv[1], [a for a in sys.argv[2:] if not a.startswith("-")]
+for name in names:
+    if name not in formulae:
+        sys.exit(f'Error: No available formula with the name "{{name}}".')
+if command == "info":
+    print(json.dumps({{"formulae": [
+        {{"name": n, "full_name": n, "tap": "homebrew/core", "aliases": [], "oldnames": [],
+          "outdated": False,
+          "installed": [{{"version": {version!r}}}] if (prefix / "opt" / n).exists() else []}}
+        for n in names], "casks": []}}))
+elif command == "install":
+    for name in names:
+        keg = prefix / "Cellar" / name / {version!r}
+        (keg / "bin").mkdir(parents=True, exist_ok=True)
+        minor = name.split("@")[1]
+        (keg / "bin" / f"python{{minor}}").symlink_to(formulae[name])
+        (prefix / "opt").mkdir(exist_ok=True)
+        (prefix / "opt" / name).symlink_to(keg)
+else:
+    sys.exit(f"Error: Unknown command: {{command}}")
+'''
+
+
+@dataclass
+class Mac:
+    """A fake Mac's interpreters: PATH's python3, Homebrew's prefix, python.org's builds."""
+
+    root: Path
+    home: Path = field(init=False)
+    path_bin: Path = field(init=False)
+    prefix: Path = field(init=False)
+    frameworks: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.home, self.path_bin = self.root / "home", self.root / "usr-bin"
+        self.prefix, self.frameworks = self.root / "homebrew", self.root / "Frameworks"
+        for folder in (self.home, self.path_bin, self.frameworks):
+            folder.mkdir(parents=True)
+        (self.path_bin / "python3").symlink_to(cpython("3.9"))
+        source = self.root / "files"
+        source.mkdir()
+        # No dependency: pip has nothing to fetch; the interpreter is what is tested.
+        (source / "requirements-worker.txt").write_text("# no dependency\n")
+        (source / "worker_web.py").write_text("")
+
+    def brew(self) -> None:
+        """Homebrew installed, without its Python."""
+        (self.prefix / "bin").mkdir(parents=True)
+        brew = self.prefix / "bin" / "brew"
+        brew.write_text(FAKE_BREW.format(python=str(cpython("3.12")), formula=FORMULA,
+                                         version=version_of(cpython("3.12"))))
+        brew.chmod(0o755)
+
+    def python_org(self, minor: str) -> Path:
+        """python.org's installer's build of <minor>."""
+        python = self.frameworks / minor / "bin" / f"python{minor}"
+        python.parent.mkdir(parents=True)
+        python.symlink_to(cpython(minor))
+        return python
+
+    def brew_calls(self) -> list[list[str]]:
+        log = self.prefix / "brew-calls.json"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    @property
+    def venv(self) -> Path:
+        return self.home / "coordinator-worker" / "venv"
+
+    def venv_python(self) -> str:
+        """The real path of the interpreter the virtualenv runs on."""
+        return str((self.venv / "bin" / "python").resolve())
+
+    def play(self, entry: str = "install", instances: list[dict] | None = None,
+             **extra: object) -> str:
+        settings = {"test_path": f"{self.path_bin}:/usr/bin:/bin:/usr/sbin:/sbin",
+                    "worker_homebrew_prefix": str(self.prefix),
+                    "worker__python_frameworks": str(self.frameworks),
+                    "worker_source_dir": str(self.root / "files"),
+                    "worker_files": ["worker_web.py"], "test_user": getpass.getuser(),
+                    "worker_register_check": False, **extra}
+        output = play(self.home, BOTH if instances is None else instances, entry=entry,
+                      **settings)
+        return " ".join(output.split())
+
+
+@pytest.fixture
+def mac(tmp_path) -> Mac:
+    return Mac(tmp_path)
+
+
+def test_a_mac_as_it_ships_is_stopped_before_any_change_naming_python_and_fix(mac):
+    output = mac.play(entry="main")
+    python3 = mac.path_bin / "python3"
+    assert (f"localhost: {python3} is Python {version_of(cpython('3.9'))}, the workers need "
+            "Python 3.10 or later: install Homebrew (https://brew.sh) and run `brew install "
+            "python@3.12` there, or install Python 3.10 or later from python.org, or set "
+            "worker_python to a Python 3.10 or later") in output
+    assert not (mac.home / "coordinator-worker").exists()
+    assert not (mac.home / "Library").exists()
+
+
+def test_brew_installs_its_python_when_missing_and_the_venv_is_built_from_it(mac):
+    mac.brew()
+    # A python.org build is there too: Homebrew's Python comes first.
+    mac.python_org("3.13")
+    mac.play()
+    assert ["install", FORMULA] in mac.brew_calls()
+    assert mac.venv_python() == str(cpython("3.12").resolve())
+    asked = len(mac.brew_calls())
+    assert changed(mac.play()) == 0
+    assert mac.brew_calls()[asked:] == []  # the virtualenv runs: brew is not even asked
+
+
+def test_without_brew_the_newest_python_org_build_is_used(mac):
+    mac.python_org("3.10")
+    mac.python_org("3.13")
+    mac.play()
+    assert mac.venv_python() == str(cpython("3.13").resolve())
+
+
+def test_a_venv_on_another_good_python_is_kept_and_the_move_is_explained(mac):
+    mac.python_org("3.13")
+    mac.play()
+    # Homebrew's Python arrives later: the virtualenv stays on 3.13 (its Local Network grant).
+    mac.brew()
+    subprocess.run([str(mac.prefix / "bin" / "brew"), "install", FORMULA], check=True)
+    output = mac.play()
+    homebrew = mac.prefix / "opt" / FORMULA / "bin" / "python3.12"
+    assert (f"localhost: keeping {mac.venv} on {cpython('3.13').resolve()} (Python "
+            f"{version_of(cpython('3.13'))}) rather than building it on {homebrew} (Python "
+            f"{version_of(cpython('3.12'))}). To move it, delete {mac.venv} and run again, then "
+            f"allow {homebrew} in System Settings > Privacy & Security > Local Network") in output
+    assert mac.venv_python() == str(cpython("3.13").resolve())
+
+
+def test_a_venv_left_on_python_3_9_is_rebuilt_on_the_one_found_saying_so(mac):
+    # What an install before this role looked for a Python left behind: pip refused the pins.
+    mac.venv.parent.mkdir(parents=True)
+    subprocess.run([str(cpython("3.9")), "-m", "venv", "--without-pip", str(mac.venv)],
+                   check=True)
+    build = mac.python_org("3.12")
+    output = mac.play()
+    assert (f"localhost: {mac.venv} runs Python {version_of(cpython('3.9'))}, and the workers "
+            f"need 3.10 or later: it is rebuilt on {build}; allow that interpreter in System "
+            "Settings > Privacy & Security > Local Network") in output
+    assert mac.venv_python() == str(cpython("3.12").resolve())
+
+
+def test_brew_not_allowed_to_install_is_named_with_its_command(mac):
+    mac.brew()
+    output = mac.play(entry="main", worker_homebrew_install=False)
+    assert (f"localhost: {mac.path_bin / 'python3'} is Python {version_of(cpython('3.9'))}, the "
+            f"workers need Python 3.10 or later: run `{mac.prefix}/bin/brew install python@3.12` "
+            "there (worker_homebrew_install is false), or set worker_python to a Python 3.10 or "
+            "later") in output
+    assert mac.brew_calls() == [] or all(c[0] != "install" for c in mac.brew_calls())
+    assert not (mac.home / "coordinator-worker").exists()
+
+
+def test_a_worker_python_too_old_is_named(mac):
+    old = cpython("3.9")
+    output = mac.play(entry="main", worker_python=str(old))
+    assert (f"localhost: {old} is Python {version_of(old)}, the workers need Python 3.10 or "
+            "later: set worker_python to a Python 3.10 or later, or leave it empty to let the "
+            "role find one") in output
+    assert not (mac.home / "coordinator-worker").exists()
