@@ -216,8 +216,10 @@ def test_ollama_app_holds_the_port_as_lsof_and_pgrep_show(mac):
             "ollama", pid, node.USER, [node.OLLAMA_APP_HOST, "(LISTEN)"])
         assert ok(f"pgrep -f '{node.OLLAMA_APP_BINARY} serve'") == f"{pid}\n"
         # Field output: the pid, then each file's descriptor, always; the asked fields.
-        process, command, descriptor = ok("lsof -nP -iTCP:11434 -sTCP:LISTEN -Fpc").split()
-        assert (process, command, descriptor[0]) == (f"p{pid}", "collama", "f")
+        # (the role's own call: the field list as a separate argument)
+        fields = ok("lsof -nP -iTCP:11434 -sTCP:LISTEN -F pcn").split()
+        assert (fields[:2], fields[2][0], fields[3]) == (
+            [f"p{pid}", "collama"], "f", f"n{node.OLLAMA_APP_HOST}")
         version = ok("/usr/bin/python3 -c 'import urllib.request; print(urllib.request."
                      "urlopen(\"http://127.0.0.1:11434/api/version\").read().decode())'")
         assert json.loads(version)["version"]
@@ -260,6 +262,13 @@ def test_agent_runs_under_launchd_and_logout_login(mac):
     path = write_agent(label, ["/bin/sh", "-c", 'echo "$GREETING from $PWD"; exec sleep 600'],
                        EnvironmentVariables={"GREETING": "hello"}, WorkingDirectory="/tmp",
                        StandardOutPath=log)
+    # plutil reads the agent's plist as the worker role reads its model from it.
+    assert ok(f"plutil -extract EnvironmentVariables.GREETING raw {path}") == "hello\n"
+    missing = ssh(f"plutil -extract EnvironmentVariables.NOSUCH raw {path}")
+    assert (missing.returncode, missing.stderr) == (1, f"{path}: Could not extract value, "
+                                                    "error: No value at that key path or "
+                                                    "invalid key path: "
+                                                    "EnvironmentVariables.NOSUCH\n")
     ok(f"launchctl bootstrap {GUI} {path}")
     pid = job_pid(label)
     launchd_pid = ok(f"pgrep -f '{node.LAUNCHD_SOCKET}'").strip()

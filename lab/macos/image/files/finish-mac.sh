@@ -73,6 +73,7 @@ install -m 0755 "$files/bsdproc.py" /usr/bin/pgrep
 ln -s pgrep /usr/bin/pkill
 ln -s /usr/bin/pgrep /bin/ps
 install -m 0755 "$files/lsof.py" /usr/sbin/lsof
+install -m 0755 "$files/plutil.py" /usr/bin/plutil
 
 # launchd's stand-in: the client as /bin/launchctl, its state directory owned by the user,
 # and the unit that is "the user is logged in at the console" (automatic login).

@@ -1,7 +1,7 @@
 #!/usr/bin/python3.11
 """/usr/sbin/lsof of macOS, for the questions asked of it about TCP sockets:
 
-    lsof -nP -iTCP[:PORT] [-sTCP:LISTEN] [-t] [-a] [-F FIELDS]
+    lsof -nP -iTCP[:PORT] [-sTCP:LISTEN] [-t] [-a] [-F[FIELDS]]
 
 read from /proc (net/tcp, net/tcp6 and the caller's own /proc/PID/fd: lsof run by a user on
 macOS lists only that user's processes' files, as here). Behaviours copied from lsof(8)
@@ -13,7 +13,8 @@ sections):
 - ``-t``: only the PIDs, one a line, each once;
 - ``-F``: one field a line with its letter (``p`` pid, ``c`` command, ``u`` uid, ``L``
   login, ``f`` fd, ``t`` type, ``P`` protocol, ``n`` name, ``T`` TST=state); ``p`` always
-  and ``f`` for each file;
+  and ``f`` for each file (OUTPUT FOR OTHER PROGRAMS); the list attached (-Fpcn) or as the
+  next argument (-F pcn);
 - exit status 1 when nothing was listed.
 
 Other options end with lsof's "lsof: unsupported option" line (the stand-in's, naming it) and
@@ -119,7 +120,13 @@ def main(argv: list[str]) -> int:
         elif arg in ("-t", "-tnP", "-nPt"):
             terse = True
         elif arg.startswith("-F"):
-            fields = arg[2:] or "pcfn"
+            # lsof takes the field list attached or as the next argument (main.c, case
+            # 'F': a following argument not starting with - or + is its value).
+            fields = arg[2:]
+            if not fields and index + 1 < len(argv) and argv[index + 1][:1] not in "-+":
+                index += 1
+                fields = argv[index]
+            fields = fields or "pcfn"
         else:
             print(f"lsof: unsupported option in the lab's lsof stand-in: {arg}", file=sys.stderr)
             return 1
