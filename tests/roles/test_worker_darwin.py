@@ -200,10 +200,14 @@ def test_changed_plist_is_reloaded_with_bootout_then_bootstrap(runs):
     assert not [c for c in after if c[0] == "kickstart"]
 
 
-def test_changed_code_restarts_with_kickstart(runs):
+def test_changed_code_restarts_each_agent_gracefully(runs):
+    # SIGTERM and a wait (the worker finishes its task), then a start: never kickstart -k,
+    # which is SIGKILL (launchd_agent, docs/roles.md).
     after = runs.calls["code_changed"]
-    assert ["kickstart", "-k", f"gui/501/{WEB_LABEL}"] in after
-    assert ["kickstart", "-k", f"gui/501/{INFER_LABEL}"] in after
+    for label in (WEB_LABEL, INFER_LABEL):
+        term = after.index(["kill", "SIGTERM", f"gui/501/{label}"])
+        assert term < after.index(["kickstart", f"gui/501/{label}"])
+    assert not [c for c in after if c[:2] == ["kickstart", "-k"]]
     assert not [c for c in after if c[0] in ("bootstrap", "bootout")]
 
 
