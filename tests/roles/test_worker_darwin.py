@@ -519,7 +519,8 @@ def test_a_venv_on_another_good_python_is_kept_and_the_move_is_explained(mac):
     homebrew = mac.prefix / "opt" / FORMULA / "bin" / "python3.12"
     assert (f"localhost: keeping {mac.venv} on {cpython('3.13').resolve()} (Python "
             f"{version_of(cpython('3.13'))}) rather than building it on {homebrew} (Python "
-            f"{version_of(cpython('3.12'))}). To move it, delete {mac.venv} and run again, then "
+            f"{version_of(cpython('3.12'))}), which would need a new Local Network grant. To "
+            f"move it, delete {mac.venv} and run again, then "
             f"allow {homebrew} in System Settings > Privacy & Security > Local Network") in output
     assert mac.venv_python() == str(cpython("3.13").resolve())
 
