@@ -179,6 +179,17 @@ def test_homebrew_module_installs_python_and_ollama(mac):
     assert ok(f"{python} -m venv /tmp/venv && /tmp/venv/bin/python -c "
               "'import sys; print(sys.prefix)'") == "/tmp/venv\n"
     assert ok("/opt/homebrew/bin/ollama --version").startswith("ollama version is ")
+    # `ollama serve` listens where OLLAMA_HOST says, as the role's agent will run it.
+    ok("OLLAMA_HOST=127.0.0.1:11500 nohup /opt/homebrew/bin/ollama serve >/dev/null 2>&1 &"
+       " echo")
+    try:
+        deadline = time.monotonic() + 30
+        while ssh("lsof -nP -iTCP:11500 -sTCP:LISTEN -t").returncode != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        assert ok("ls ~/.ollama/models") == "standin-state.json\n"
+    finally:
+        ok("pkill -f 'ollama serve'; echo")
 
 
 def test_pgrep_and_pkill_are_bsd(mac):
@@ -303,23 +314,32 @@ def connect_probe(target: str) -> list[str]:
             "    print(errno.errorcode.get(error.errno, error.errno))\n"]
 
 
+def run_probe(target: str) -> str:
+    """What connect_probe printed when launchd ran it as an agent."""
+    label = f"lab.test.probe-{target.replace('.', '-')}"
+    log = f"{node.HOME}/Library/Logs/{label}.log"
+    path = write_agent(label, connect_probe(target), StandardOutPath=log)
+    ok(f"rm -f {log}; launchctl bootstrap {GUI} {path}")
+    deadline = time.monotonic() + 15
+    while ssh(f"test -s {log}").returncode != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    printed = ok(f"cat {log}").strip()
+    ok(f"launchctl bootout {GUI}/{label}; rm {path}")
+    return printed
+
+
 def test_local_network_privacy_denies_launchd_jobs_only(mac):
     node.localnet_deny(NAME)
     try:
-        for target, expected in ((ADDRESS, errno.errorcode[errno.EHOSTUNREACH]),
-                                 ("127.0.0.1", "connected")):
-            label = f"lab.test.probe-{target.replace('.', '-')}"
-            log = f"{node.HOME}/Library/Logs/{label}.log"
-            path = write_agent(label, connect_probe(target), StandardOutPath=log)
-            ok(f"rm -f {log}; launchctl bootstrap {GUI} {path}")
-            deadline = time.monotonic() + 15
-            while ssh(f"test -s {log}").returncode != 0:
-                assert time.monotonic() < deadline
-                time.sleep(0.3)
-            assert ok(f"cat {log}") == f"{expected}\n", target
-            ok(f"launchctl bootout {GUI}/{label}; rm {path}")
+        assert run_probe(ADDRESS) == errno.errorcode[errno.EHOSTUNREACH]
+        assert run_probe("127.0.0.1") == "connected"
         # The same connect from the SSH session is not affected.
         probe = connect_probe(ADDRESS)
         assert ok(" ".join(map(shlex.quote, probe))) == "connected\n"
+        # A grant follows the interpreter's resolved binary: the next job connects.
+        node.localnet_grant(NAME, "/usr/bin/python3")
+        assert run_probe(ADDRESS) == "connected"
     finally:
         node.localnet_allow(NAME)
+        as_root(f"rm -f {node.LOCALNET_GRANTED}")
