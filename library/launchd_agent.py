@@ -355,15 +355,15 @@ class Launchctl:
         rc, out, err = self.run(*command)
         verb = command[0]
         if verb == "bootout":
-            # It returns before the process has exited (36, EINPROGRESS, or 0); the label
-            # stays listed until it has.
+            # It returns before the process has exited (at once, or 36 EINPROGRESS when the
+            # job was exiting already); the label stays listed until it has.
             after = self.wait_for(bound, lambda s: not s.loaded)
             if after.loaded:
                 self.module.fail_json(
-                    msg=f"launchd still has {self.target} {bound} s after launchctl bootout "
-                        f"({rc}: {(err or out).strip() or 'no message'}): its process did not "
-                        "exit within its exit timeout; see its log",
-                    status=asdict(after), commands=self.commands)
+                    msg=f"launchd still has {self.target} {bound} s after launchctl bootout: "
+                        "its process did not exit within its exit timeout; see its log",
+                    status=asdict(after), commands=self.commands, rc=rc,
+                    stderr=err)
         elif verb == "bootstrap" and rc != 0:
             # Right after a bootout, launchd may refuse the label a moment longer (5,
             # https://github.com/headroomlabs-ai/headroom/issues/1289): try again until the

@@ -15,12 +15,15 @@ import os
 import plistlib
 import pwd
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ..library_kit import load_module, module_doc
+from ..macos.test_launchd_standin import CLIENT as LAB_LAUNCHCTL
+from ..macos.test_launchd_standin import Mac as LabMac
 from .conftest import REPO, VENV_BIN, run
 
 # A Coordinator whose registry lists the workers a test puts in it (none here).
@@ -175,7 +178,7 @@ def test_the_domain_check_passes_for_a_logged_in_user(mac):
 
 
 def test_a_reload_waits_until_the_old_job_has_exited(mac):
-    # bootout returns 36 and launchd lists the job for 3 more prints: bootstrap only after.
+    # bootout returns at once and launchd lists the job for 3 more prints: bootstrap only after.
     mac.set(loaded=[LABEL], pids={LABEL: 812}, lingering={LABEL: 3})
     host = mac.module(label=LABEL, plist=str(mac.plist), domain=f"gui/{UID}",
                       state="reloaded")
@@ -228,9 +231,8 @@ def test_a_job_that_does_not_exit_after_bootout_fails_the_reload_before_any_boot
                       state="reloaded")
     assert host["failed"] is True
     assert host["msg"] == (f"launchd still has gui/{UID}/{LABEL} {1 + agent.STOP_MARGIN} s "
-                           "after launchctl bootout (36: Boot-out failed: 36: Operation now "
-                           "in progress): its process did not exit within its exit timeout; "
-                           "see its log")
+                           "after launchctl bootout: its process did not exit within its exit "
+                           "timeout; see its log")
     assert not [c for c in mac.state["calls"] if c[0] == "bootstrap"]
 
 
@@ -316,3 +318,117 @@ def test_migrate_web_drives_the_web_workers_agent_through_launchd_agent(mac, act
     values = {"target": f"gui/{UID}/{LABEL}", "uid": UID, "plist": mac.plist}
     assert mac.changing_calls() == [[part.format(**values) for part in call] for call in calls]
     assert (LABEL in mac.state["loaded"]) is (action == "start")
+
+
+# -- the module against the lab Mac's launchd (lab/macos/), a real daemon on this host ---------
+
+# A job that drains for a moment after SIGTERM, as a worker finishes its task, and logs it.
+DRAINING_JOB = """
+import os, signal, sys, time
+log = sys.argv[1]
+def stop(number, frame):
+    with open(log, "a") as out:
+        out.write(f"SIGTERM {os.getpid()}\\n")
+    time.sleep(float(sys.argv[2]))
+    with open(log, "a") as out:
+        out.write(f"drained {os.getpid()}\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+with open(log, "a") as out:
+    out.write(f"started {os.getpid()}\\n")
+while True:
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture
+def lab_mac(tmp_path: Path) -> Iterator[tuple[LabMac, Callable[..., dict]]]:
+    """The lab Mac's launchd logged in as this user, and launchd_agent run against it through
+    the lab's launchctl."""
+    lab = LabMac(tmp_path / "mac")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    launchctl = bin_dir / "launchctl"
+    launchctl.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{LAB_LAUNCHCTL}" "$@"\n')
+    launchctl.chmod(0o755)
+    lab.login()
+
+    def module(*extra: str, **args: object) -> dict:
+        result = run(["ansible", "localhost", "-c", "local", "-m", "launchd_agent", *extra,
+                      "-e", f"ansible_python_interpreter={sys.executable}",
+                      "-a", json.dumps({"domain": f"gui/{UID}", **args})],
+                     PATH=f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin",
+                     LAB_LAUNCHD_SOCKET_DIR=str(lab.sockets),
+                     ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+                     ANSIBLE_LOAD_CALLBACK_PLUGINS="true")
+        return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+    yield lab, module
+    if lab.daemon is not None:
+        lab.logout()
+
+
+def draining_agent(lab: LabMac, drain: float) -> tuple[Path, Path]:
+    """The agent's plist in ~/Library/LaunchAgents (a login loads it) and its log."""
+    log = lab.root / "job.log"
+    plist = lab.agent(LABEL, DRAINING_JOB, where=lab.agents, KeepAlive=True, ExitTimeOut=20)
+    spec = plistlib.loads(plist.read_bytes())
+    spec["ProgramArguments"] += [str(log), str(drain)]
+    plist.write_bytes(plistlib.dumps(spec))
+    return plist, log
+
+
+def test_lab_launchd_a_restart_is_sigterm_and_a_new_process(lab_mac):
+    lab, module = lab_mac
+    plist, log = draining_agent(lab, drain=1)
+    started = module(label=LABEL, plist=str(plist), state="started")
+    assert started.get("failed") is not True, started
+    old = started["status"]["pid"]
+    restarted = module(label=LABEL, plist=str(plist), state="restarted")
+    assert restarted.get("failed") is not True, restarted
+    assert restarted["pids"]["before"] == old
+    new = restarted["pids"]["after"]
+    assert new not in (0, old)
+    # The old process ran its SIGTERM handler to the end: no SIGKILL.
+    assert log.read_text().splitlines() == [f"started {old}", f"SIGTERM {old}",
+                                            f"drained {old}", f"started {new}"]
+    assert "warnings" not in restarted
+
+
+def test_lab_launchd_a_reload_waits_for_a_draining_job_and_leaves_the_agent_loaded(lab_mac):
+    lab, module = lab_mac
+    plist, log = draining_agent(lab, drain=4)
+    old = module(label=LABEL, plist=str(plist), state="started")["status"]["pid"]
+    reloaded = module(label=LABEL, plist=str(plist), state="reloaded")
+    assert reloaded.get("failed") is not True, reloaded
+    assert reloaded["commands"] == [["bootout", f"gui/{UID}/{LABEL}"],
+                                    ["bootstrap", f"gui/{UID}", str(plist)]]
+    new = reloaded["status"]["pid"]
+    assert reloaded["status"]["loaded"] and reloaded["status"]["running"]
+    # The new process started only once the old one had finished draining.
+    assert log.read_text().splitlines() == [f"started {old}", f"SIGTERM {old}",
+                                            f"drained {old}", f"started {new}"]
+
+
+def test_lab_launchd_stopped_and_disabled_stays_so_across_a_login(lab_mac):
+    lab, module = lab_mac
+    plist, _log = draining_agent(lab, drain=0)
+    module(label=LABEL, plist=str(plist), state="started")
+    stopped = module(label=LABEL, state="stopped", enabled=False)
+    assert stopped.get("failed") is not True, stopped
+    assert stopped["commands"] == [["disable", f"gui/{UID}/{LABEL}"],
+                                   ["bootout", f"gui/{UID}/{LABEL}"]]
+    lab.logout()
+    lab.login()  # loads every agent of ~/Library/LaunchAgents that is not disabled
+    after = module(label=LABEL)
+    assert after["status"] == {"loaded": False, "running": False, "pid": 0, "enabled": False,
+                               "installed": False}
+
+
+def test_lab_launchd_nobody_logged_in_is_the_one_line(lab_mac):
+    lab, module = lab_mac
+    lab.logout()
+    for args in ({}, {"label": LABEL}):
+        host = module(**args)
+        assert host["failed"] is True
+        assert host["msg"] == NOT_LOGGED_IN
