@@ -260,9 +260,11 @@ def test_documentation_matches_the_code():
 
 # -- the first play of every playbook: nobody logged in is named before any change -------------
 
-def play_as_mac(mac: Mac, tasks: list[dict], **extra_vars: object) -> tuple[int, str]:
+def play_as_mac(mac: Mac, tasks: list[dict], bin_dir: Path | None = None,
+                **extra_vars: object) -> tuple[int, str]:
     """One play of ``tasks`` on localhost posing as the Mac `macbookair`: its facts say Darwin
-    (an extra variable, over what setup reads here) and launchctl is the double."""
+    (an extra variable, over what setup reads here) and launchctl is the double, unless
+    ``bin_dir`` has another."""
     playbook = mac.tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
                                          "any_errors_fatal": True, "tasks": tasks}]))
@@ -273,28 +275,39 @@ def play_as_mac(mac: Mac, tasks: list[dict], **extra_vars: object) -> tuple[int,
     mac.set(calls=[])
     result = run(["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps({
                       "ansible_facts": {"os_family": "Darwin", "user_uid": UID}, **extra_vars})],
-                 PATH=f"{REPO / 'tests' / 'doubles'}:{VENV_BIN}:/usr/bin:/bin",
+                 PATH=f"{bin_dir or ''}:{REPO / 'tests' / 'doubles'}:{VENV_BIN}:/usr/bin:/bin",
                  FAKE_LAUNCHCTL_STATE=str(mac.state_file))
     return result.returncode, " ".join((result.stdout + result.stderr).split())
 
 
+@pytest.mark.parametrize("launchctl", ["double", "lab"])
 def test_the_reach_step_names_a_mac_nobody_is_logged_in_to_and_changes_nothing(
-        mac, coordinator):  # noqa: F811
+        mac, coordinator, launchctl):  # noqa: F811
     """playbooks/tasks/reach.yml as site.yml, migrate-web.yml and upgrade-model.yml run it
-    first; the task after it, a change, must never run."""
+    first; the task after it, a change, must never run. Nobody is logged in: the double's
+    switch, or the lab Mac's launchctl with no session listening."""
     url, _ = coordinator
     mac.set(logged_in=False)
+    bin_dir = mac.tmp_path / "bin"
+    bin_dir.mkdir()
+    if launchctl == "lab":
+        (bin_dir / "launchctl").write_text(
+            f'#!/bin/sh\nLAB_LAUNCHD_SOCKET_DIR="{mac.tmp_path}" exec "{sys.executable}" '
+            f'"{LAB_LAUNCHCTL}" "$@"\n')
+        (bin_dir / "launchctl").chmod(0o755)
     changed = mac.tmp_path / "changed"
     rc, flat = play_as_mac(mac, [
         {"name": "Reach every host",
          "ansible.builtin.include_tasks": str(REPO / "playbooks" / "tasks" / "reach.yml")},
         {"name": "A change", "ansible.builtin.file": {"path": str(changed), "state": "touch"}},
-    ], worker_coordinator_url=url, worker_coordinator_token="token-9f3c")
+    ], bin_dir=bin_dir, worker_coordinator_url=url, worker_coordinator_token="token-9f3c")
     assert rc != 0
     assert (f"macbookair: {NOT_LOGGED_IN}. Nothing was changed, and the Coordinator's "
             "registry lists no alive web worker. Fix that and run again.") in flat, flat[-3000:]
     assert not changed.exists()
     assert mac.changing_calls() == []
+    # The launchctl asked was the one meant: the double records its calls, the lab's does not.
+    assert bool(mac.state["calls"]) is (launchctl == "double")
 
 
 @pytest.mark.parametrize(("action", "loaded", "calls"), [
