@@ -96,7 +96,7 @@ def kinds() -> dict[str, Kind]:
         "linux": Kind(REPO / "lab" / "image" / "build.sh", None, ("/sbin/init",), ADMIN_USER,
                       f"/home/{ADMIN_USER}"),
         "macos": Kind(REPO / "lab" / "macos" / "image" / "build.sh",
-                      "localhost/coordinator-lab-mac:bookworm", (), mac.USER, mac.HOME),
+                      mac.IMAGE, (), mac.USER, mac.HOME),
     }
 
 

@@ -7,6 +7,7 @@
     python -m lab.macos.node NAME ollama-app-start|ollama-app-stop
                                                        Ollama.app serving on 127.0.0.1:11434
     python -m lab.macos.node build-env                 the image's build arguments (build.sh)
+    python -m lab.macos.node image                     the image's tag
 
 Every switch runs `podman exec` as root in container NAME: what a person does at the Mac
 (logging in at the console, a click in System Settings, opening an app), which the product
@@ -25,6 +26,7 @@ import yaml
 from lab import lab
 from lab.macos import launchd_protocol
 
+IMAGE = "localhost/coordinator-lab-mac:bookworm"
 # The node is reached as the home inventory's MacBook Air is: its login user is read from
 # there, so the lab cannot drift from the machine it stands for.
 HOME_MAC = lab.REPO / "inventory" / "home" / "host_vars" / "macbookair" / "main.yml"
@@ -133,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["build-env"]:
         print("\n".join(f"{key}={shlex.quote(value)}" for key, value in build_env().items()))
+        return 0
+    if args == ["image"]:
+        print(IMAGE)
         return 0
     parser = argparse.ArgumentParser(prog="python -m lab.macos.node",
                                      description=__doc__.split("\n")[0])

@@ -6,7 +6,7 @@
 #   lab/macos/image/build.sh --force    rebuild anyway
 #
 # Environment:
-#   LAB_MAC_IMAGE   image tag (default localhost/coordinator-lab-mac:bookworm)
+#   LAB_MAC_IMAGE   image tag (default: lab/macos/node.py's IMAGE)
 #   LAB_IMAGE       the base image (default localhost/coordinator-lab-node:bookworm)
 #   PYENV_ROOT      where the pyenv builds are (default /root/.pyenv): 3.9 is the Command
 #                   Line Tools' /usr/bin/python3, 3.12 the offline bottle of python@3.12
@@ -19,8 +19,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$repo/lab/containers.conf}"
-image="${LAB_MAC_IMAGE:-localhost/coordinator-lab-mac:bookworm}"
-base="${LAB_IMAGE:-localhost/coordinator-lab-node:bookworm}"
+base="${LAB_IMAGE:-localhost/coordinator-lab-node:bookworm}"  # lab/image/build.sh's default
 pyenv_root="${PYENV_ROOT:-/root/.pyenv}"
 force=0
 [ "${1:-}" = "--force" ] && force=1
@@ -30,6 +29,7 @@ die() { printf '%s\n' "$*" >&2; exit 1; }
 
 python="$repo/.venv/bin/python"
 [ -x "$python" ] || python=python3
+image="${LAB_MAC_IMAGE:-$(cd "$repo" && "$python" -m lab.macos.node image)}"
 # The user, uid, group and paths: one source, lab/macos/node.py.
 build_env="$(cd "$repo" && "$python" -m lab.macos.node build-env)"
 eval "$build_env"
