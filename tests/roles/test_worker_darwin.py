@@ -6,7 +6,6 @@ No Mac here: the play poses as one (faked facts) and a fake launchctl records ev
 
 from __future__ import annotations
 
-import getpass
 import json
 import plistlib
 import re
@@ -33,6 +32,18 @@ PLAYBOOK = HERE / "playbooks" / "darwin.yml"
 WEB_LABEL = "jp.mapleharp.coordinator-web-worker"
 INFER_LABEL = "jp.mapleharp.coordinator-inference-worker"
 BOTH = [{"name": "web-worker", "kind": "web"}, {"name": "inference-worker", "kind": "inference"}]
+# An owner or group of root or wheel (gid 0), in -vvv's YAML.
+ROOT_OWNER = re.compile(r"^\s+(owner|group): '?(root|wheel|0)'?$", re.M)
+
+
+def asked_for_root(output: str) -> list[str]:
+    """The module arguments (-vvv's `module_args:` blocks) that ask for root or wheel as owner
+    or group. Results are not searched: they report the files' real owners, which are root's
+    here, where the tests run as root."""
+    asked = []
+    for block in re.finditer(r"^( *)module_args:\n((?:\1 +.*\n)*)", output, re.M):
+        asked += [match.group(0).strip() for match in ROOT_OWNER.finditer(block.group(2))]
+    return asked
 # The play sets no model: the workers run with the role's default.
 ROLE_DEFAULTS = yaml.safe_load((REPO / "roles" / "worker" / "defaults" / "main.yml").read_text())
 
@@ -417,6 +428,7 @@ class Mac:
     """A fake Mac's interpreters: PATH's python3, Homebrew's prefix, python.org's builds."""
 
     root: Path
+    output: str = ""  # the last play's, as Ansible printed it
     home: Path = field(init=False)
     path_bin: Path = field(init=False)
     prefix: Path = field(init=False)
@@ -467,11 +479,12 @@ class Mac:
                     "worker_homebrew_prefix": str(self.prefix),
                     "worker__python_frameworks": str(self.frameworks),
                     "worker_source_dir": str(self.root / "files"),
-                    "worker_files": ["worker_web.py"], "test_user": getpass.getuser(),
+                    # The Mac's login user, not root (who runs these tests).
+                    "worker_files": ["worker_web.py"], "test_user": "nobody",
                     "worker_register_check": False, **extra}
-        output = play(self.home, BOTH if instances is None else instances, entry=entry,
-                      **settings)
-        return " ".join(output.split())
+        self.output = play(self.home, BOTH if instances is None else instances, entry=entry,
+                           **settings)
+        return " ".join(self.output.split())
 
 
 @pytest.fixture
@@ -497,6 +510,10 @@ def test_brew_installs_its_python_when_missing_and_the_venv_is_built_from_it(mac
     mac.play()
     assert ["install", FORMULA] in mac.brew_calls()
     assert mac.venv_python() == str(cpython("3.12").resolve())
+    # As the login user: nothing asked for root, wheel or sudo (brew refuses root).
+    assert "module_args:" in mac.output
+    assert asked_for_root(mac.output) == []
+    assert not re.search(r"EXEC .*\bsudo\b", mac.output)
     asked = len(mac.brew_calls())
     assert changed(mac.play()) == 0
     assert mac.brew_calls()[asked:] == []  # the virtualenv runs: brew is not even asked
