@@ -69,7 +69,7 @@ def build_env() -> dict[str, str]:
             "MAC_GID": str(GID),
             "LAUNCHD_STATE_DIR": LAUNCHD_STATE_DIR, "LAUNCHD_SOCKET": LAUNCHD_SOCKET,
             "SESSION_UNIT": SESSION_UNIT, "OLLAMA_APP_SOURCE": OLLAMA_APP_SOURCE,
-            "CLT": CLT, "CLT_PYTHON": CLT_PYTHON}
+            "CLT": CLT, "CLT_PYTHON": CLT_PYTHON, "MAC_STD_PATH": launchd_protocol.STD_PATH}
 
 
 def root_shell(name: str, script: str) -> str:

@@ -33,14 +33,14 @@ mkdir -p "$(dirname "$MAC_HOME")"
 useradd --uid "$MAC_UID" --gid "$MAC_GROUP" --home-dir "$MAC_HOME" --create-home \
   --shell /bin/zsh "$MAC_USER"
 
-# sshd gives a command the PATH macOS's sshd gives (Apple's OpenSSH is built with
-# _PATH_STDPATH /usr/bin:/bin:/usr/sbin:/sbin, `sysctl user.cs_path`), and zsh run for that
+# sshd gives a command macOS's default path (`sysctl user.cs_path`, the PATH a command run
+# over SSH gets there: https://apple.stackexchange.com/questions/479428), and zsh run for that
 # command reads no profile: macOS has no /etc/zshenv, and /etc/zprofile (path_helper) and
 # ~/.zprofile (Homebrew's shellenv) are read by login shells only
 # (https://zsh.sourceforge.io/Doc/Release/Files.html#Startup_002fShutdown-Files).
-cat >/etc/ssh/sshd_config.d/lab-macos.conf <<'EOF'
+cat >/etc/ssh/sshd_config.d/lab-macos.conf <<EOF
 # Lab: the PATH of a command run over SSH on macOS.
-SetEnv PATH=/usr/bin:/bin:/usr/sbin:/sbin
+SetEnv PATH=$MAC_STD_PATH
 EOF
 : >/etc/zsh/zshenv
 # Homebrew's installer tells the user to add this to ~/.zprofile ("Next steps").
