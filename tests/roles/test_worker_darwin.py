@@ -507,15 +507,19 @@ def test_brew_installs_its_python_when_missing_and_the_venv_is_built_from_it(mac
     mac.brew()
     # A python.org build is there too: Homebrew's Python comes first.
     mac.python_org("3.13")
-    mac.play()
+    running_agents(mac.home, [])
+    # The whole role, as site.yml runs it: preflight, install, the agents.
+    mac.play(entry="main", instances=[BOTH[0]])
     assert ["install", FORMULA] in mac.brew_calls()
     assert mac.venv_python() == str(cpython("3.12").resolve())
+    agent = plistlib.loads(plist(mac.home, WEB_LABEL).read_bytes())
+    assert agent["ProgramArguments"][0] == str(mac.venv / "bin" / "python")
     # As the login user: nothing asked for root, wheel or sudo (brew refuses root).
     assert "module_args:" in mac.output
     assert asked_for_root(mac.output) == []
     assert not re.search(r"EXEC .*\bsudo\b", mac.output)
     asked = len(mac.brew_calls())
-    assert changed(mac.play()) == 0
+    assert changed(mac.play(entry="main", instances=[BOTH[0]])) == 0
     assert mac.brew_calls()[asked:] == []  # the virtualenv runs: brew is not even asked
 
 
