@@ -119,6 +119,16 @@ def test_user_is_a_mac_user_without_sudo(mac):
     assert (denied.returncode, denied.stderr) == (1, "sudo: a password is required\n")
 
 
+def test_root_ownership_fails_as_on_a_mac(mac):
+    # Without become, a file owned by root is EPERM, and there is no group root at all:
+    # what cluster_tls's owner/group root met on the Mac (issue 30).
+    owned = ansible(mac, "ansible.builtin.file", "path=/tmp/lab-owned state=touch owner=root")
+    assert (owned.get("failed"), owned["msg"]) == (True, "chown failed")
+    grouped = ansible(mac, "ansible.builtin.file", "path=/tmp/lab-owned state=touch group=root")
+    assert (grouped.get("failed"), grouped["msg"]) == (
+        True, "chgrp failed: failed to look up group root")
+
+
 def test_ssh_command_path_is_macos_default(mac):
     # macOS's sshd gives /usr/bin:/bin:/usr/sbin:/sbin; zsh reads no profile for a command.
     assert ok("echo $PATH") == f"{launchd_protocol.STD_PATH}\n"
