@@ -385,6 +385,16 @@ class Launchctl:
             self.fail(command, rc, out, err, commands=self.commands)
 
 
+def read_plist(path: str | None) -> dict | None:
+    """The agent's plist, or None when there is none to read (bootstrap then says why)."""
+    try:
+        with open(path or "", "rb") as handle:
+            data = plistlib.load(handle)
+    except (OSError, ValueError, plistlib.InvalidFileException):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -411,11 +421,7 @@ def main() -> None:
                     params["plist"])
     after = expected_after(before, commands)
     if not module.check_mode and commands:
-        plist_data = None
-        if params["plist"] and os.path.exists(params["plist"]):
-            with open(params["plist"], "rb") as handle:
-                plist_data = plistlib.load(handle)
-        bound = stop_bound(launchctl.print_out, plist_data)
+        bound = stop_bound(launchctl.print_out, read_plist(params["plist"]))
         for command in commands:
             launchctl.execute(command, bound, before.pid)
         commands = launchctl.commands

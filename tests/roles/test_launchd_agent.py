@@ -74,6 +74,16 @@ def test_the_stop_bound_is_the_exit_timeout_plus_a_margin(print_out, plist_data,
     assert agent.stop_bound(print_out, plist_data) == seconds
 
 
+def test_the_plist_is_read_for_its_exit_timeout_and_a_bad_one_is_none(tmp_path):
+    plist = tmp_path / "agent.plist"
+    plist.write_bytes(plistlib.dumps({"Label": LABEL, "ExitTimeOut": 40}))
+    assert agent.read_plist(str(plist)) == {"Label": LABEL, "ExitTimeOut": 40}
+    plist.write_text("not a plist")
+    assert agent.read_plist(str(plist)) is None
+    assert agent.read_plist(str(tmp_path / "missing.plist")) is None
+    assert agent.read_plist(None) is None
+
+
 @pytest.mark.parametrize(("before", "state", "enabled", "commands"), [
     (status(loaded=False), "started", True, [["bootstrap", "gui/501", PLIST]]),
     (status(loaded=False, enabled=False), "started", True,
