@@ -492,8 +492,9 @@ def mac(tmp_path) -> Mac:
     return Mac(tmp_path)
 
 
-def test_a_mac_as_it_ships_is_stopped_before_any_change_naming_python_and_fix(mac):
-    output = mac.play(entry="main")
+@pytest.mark.parametrize("entry", ["main", "preflight"])
+def test_a_mac_as_it_ships_is_stopped_before_any_change_naming_python_and_fix(mac, entry):
+    output = mac.play(entry=entry)
     python3 = mac.path_bin / "python3"
     assert (f"localhost: {python3} is Python {version_of(cpython('3.9'))}, the workers need "
             "Python 3.10 or later: install Homebrew (https://brew.sh) and run `brew install "
