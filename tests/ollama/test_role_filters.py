@@ -4,10 +4,14 @@ programs, as macOS's lsof prints it for `lsof -nP -iTCP:11434 -sTCP:LISTEN -F pc
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
-from .conftest import ROLE
+from .conftest import REPO, ROLE
 
 _spec = importlib.util.spec_from_file_location("ollama_role_filters",
                                                ROLE / "filter_plugins" / "ollama.py")
@@ -44,3 +48,22 @@ def test_the_holders_are_every_process_but_the_roles_agent(own_pid, holders):
 def test_only_the_roles_agent_holds_no_one():
     assert filters.port_holders([{"pid": 4242, "command": "ollama", "names": ["*:11434"]}],
                                 4242) == ""
+
+
+def test_the_lab_macs_lsof_output_is_read(tmp_path):
+    """The lab Mac's /usr/sbin/lsof (lab/macos/image/files/lsof.py, read from /proc here) for
+    a socket this test listens on, as the role's preflight asks it."""
+    lsof = REPO / "lab" / "macos" / "image" / "files" / "lsof.py"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        argv = [sys.executable, str(lsof), "-nP", f"-iTCP:{port}", "-sTCP:LISTEN", "-F", "pcn"]
+        found = subprocess.run(argv, capture_output=True, text=True, check=True)
+    listeners = filters.lsof_listeners(found.stdout)
+    assert [(entry["pid"], entry["names"]) for entry in listeners] == [
+        (os.getpid(), [f"127.0.0.1:{port}"])]
+    assert filters.port_holders(listeners, os.getpid()) == ""
+    # Nothing listens any more: no process, and lsof's exit status 1.
+    gone = subprocess.run(argv, capture_output=True, text=True)
+    assert (gone.returncode, filters.lsof_listeners(gone.stdout)) == (1, [])
