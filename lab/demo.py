@@ -3,10 +3,13 @@
     ./dev demo            (or: .venv/bin/python -m lab.demo)
 
 1. builds the lab (image cached; containers made fresh) and installs the stand-ins;
-2. `site.yml` provisions it with the web worker on the slow node (CPU-like Ollama stand-in);
+2. `site.yml` provisions it as the seed's cluster stands before its move: the web worker on
+   lab-ai-core (AI-Core: the Coordinator's host, a CPU-like Ollama stand-in), and
+   lab-macbookair (the MacBook Air, a Mac-shaped node) running an inference worker and
+   Ollama under its launchd;
 3. routes the design's test search and shows who answered and how fast;
-4. edits a copy of the lab inventory the way a user would (web_workers: the fast node) and
-   runs `migrate-web.yml` with it;
+4. edits a copy of the lab inventory the way a user would (web_workers: the Mac) and runs
+   `migrate-web.yml` with it;
 5. routes the search again and prints both answers side by side.
 
 The Ansible output of each step goes to .lab/logs/; the screen shows the step, the task
@@ -35,7 +38,9 @@ from lab import lab
 REPO = Path(__file__).resolve().parent.parent
 LAB_INVENTORY = REPO / "inventory" / "lab"
 # Two levels below the repository, like inventory/lab, so the inventory's relative paths to
-# .lab/secrets and .lab/wheelhouse resolve the same way.
+# .lab/secrets and .lab/wheelhouse resolve the same way: the cluster before the move (the web
+# worker on the Coordinator's host, as on AI-Core) and after the user's edit.
+SEED_INVENTORY = REPO / ".lab" / "inventory-seed"
 MOVED_INVENTORY = REPO / ".lab" / "inventory-moved"
 LOG_DIR = REPO / ".lab" / "logs"
 PROMPT = "今日の東京の天気は？"
@@ -134,17 +139,14 @@ def show(outcome: SearchOutcome) -> None:
     print(f"  answer: {answer[:160]}{'…' if len(answer) > 160 else ''}")
 
 
-def write_moved_inventory(new_host: str) -> list[str]:
-    """Copy the lab inventory and move the web worker in it, as a user edits theirs."""
-    shutil.rmtree(MOVED_INVENTORY, ignore_errors=True)
-    shutil.copytree(LAB_INVENTORY, MOVED_INVENTORY)
-    hosts_file = MOVED_INVENTORY / "hosts.yml"
+def write_inventory(target: Path, web_host: str) -> None:
+    """Copy the lab inventory with the web worker on ``web_host``, as a user edits theirs."""
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(LAB_INVENTORY, target)
+    hosts_file = target / "hosts.yml"
     hosts = yaml.safe_load(hosts_file.read_text())
-    web = hosts["all"]["children"]["web_workers"]
-    before = list(web["hosts"])
-    web["hosts"] = {new_host: None}
+    hosts["all"]["children"]["web_workers"]["hosts"] = {web_host: None}
     hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False, allow_unicode=True))
-    return before
 
 
 def migration_summary(log: str) -> list[str]:
@@ -168,12 +170,16 @@ def read_token() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--to", default="lab-worker-fast",
-                        help="host the web worker moves to (default: lab-worker-fast)")
+    parser.add_argument("--to", default="lab-macbookair",
+                        help="host the web worker moves to (default: lab-macbookair, the Mac)")
     args = parser.parse_args(argv)
     the_lab = lab.load_lab()
     if args.to not in the_lab.nodes:
         parser.error(f"--to {args.to}: not a lab host (hosts: {', '.join(the_lab.nodes)})")
+    seed_host = next(iter(yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())
+                          ["all"]["children"]["coordinator"]["hosts"]))
+    if args.to == seed_host:
+        parser.error(f"--to {args.to}: the web worker starts there; name another lab host")
     started = time.monotonic()
 
     step(1, "Build the lab: a node image (cached) and fresh systemd containers")
@@ -181,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     lab.create(the_lab)
     run_playbook("lab/prepare.yml", LAB_INVENTORY, "1-prepare")
 
-    step(2, "Provision the cluster with site.yml (web worker on the slow node)")
-    run_playbook("site.yml", LAB_INVENTORY, "2-site")
+    write_inventory(SEED_INVENTORY, seed_host)
+    step(2, f"Provision the cluster with site.yml (web worker on {seed_host}, the Coordinator's "
+            f"host; {SEED_INVENTORY.relative_to(REPO)})")
+    run_playbook("site.yml", SEED_INVENTORY, "2-site")
 
     url, token = lab.load_lab().coordinator_url, read_token()
     step(3, f"Route a web search through the Coordinator at {url}: {PROMPT}")
@@ -191,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
 
     step(4, f"Edit the inventory: web_workers becomes {args.to} "
             f"({MOVED_INVENTORY.relative_to(REPO)}/hosts.yml)")
-    old_hosts = write_moved_inventory(args.to)
-    print(f"  web_workers: {', '.join(old_hosts)} -> {args.to}")
+    write_inventory(MOVED_INVENTORY, args.to)
+    print(f"  web_workers: {seed_host} -> {args.to}")
 
     step(5, "Move the web worker with migrate-web.yml")
     run_playbook("migrate-web.yml", MOVED_INVENTORY, "5-migrate-web")

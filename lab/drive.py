@@ -17,6 +17,7 @@ Everything here talks only to the lab's own containers.
 from __future__ import annotations
 
 import os
+import plistlib
 import re
 import shutil
 import signal
@@ -34,6 +35,7 @@ import yaml
 from coordinator_contract import WEB_QUEUE
 
 from lab import lab
+from lab.macos import node as mac
 from lab.throwaway import wait_for_port
 
 REPO = lab.REPO
@@ -159,15 +161,26 @@ def interrupt(proc: subprocess.Popen, again_after: float = 5, presses: int = 3) 
         timer.start()
 
 
+# Where the worker role puts a worker's service and files (roles/worker/defaults/main.yml),
+# read from the role so the lab cannot drift from it.
+WORKER_DEFAULTS = yaml.safe_load((REPO / "roles" / "worker" / "defaults" / "main.yml").read_text())
+
+
 @dataclass
 class Node:
+    """One lab container. ``kind`` is ``linux`` (systemd units) or ``macos`` (the Mac-shaped
+    node: launchd agents of its login user, lab/macos/)."""
+
     name: str
     address: str
     network: str
+    kind: str = "linux"
 
     def sh(self, *argv: str, check: bool = False, timeout: float = 120,
-           input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(["podman", "exec", "--interactive", self.name, *argv],
+           input_text: str | None = None, user: str | None = None
+           ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(["podman", "exec", "--interactive",
+                               *(["--user", user] if user else []), self.name, *argv],
                               env=env(), capture_output=True, text=True, check=False,
                               timeout=timeout, input=input_text)
         if check and done.returncode != 0:
@@ -177,14 +190,57 @@ class Node:
     def unit(self, verb: str, unit: str = "web-worker.service") -> str:
         return self.sh("systemctl", verb, unit).stdout.strip()
 
+    @property
+    def worker_base_dir(self) -> str:
+        """The workers' code and virtualenv (worker_base_dir)."""
+        return f"{mac.HOME}/coordinator-worker" if self.kind == "macos" \
+            else "/opt/coordinator-worker"
+
+    def worker_service_file(self, worker: str = "web-worker") -> str:
+        """The worker's systemd unit or launchd plist."""
+        if self.kind == "macos":
+            return f"{mac.HOME}/Library/LaunchAgents/{self._label(worker)}.plist"
+        return f"/etc/systemd/system/{worker}.service"
+
+    def worker_active(self, worker: str = "web-worker") -> bool:
+        """Whether its service manager runs the worker now."""
+        if self.kind == "macos":
+            shown = self.sh("launchctl", "print", f"gui/{mac.UID}/{self._label(worker)}",
+                            user=mac.USER)
+            return shown.returncode == 0 and "state = running" in shown.stdout
+        return self.unit("is-active", f"{worker}.service") == "active"
+
+    def worker_enabled(self, worker: str = "web-worker") -> bool:
+        """Whether the worker would start at the next boot (systemd) or login (launchd)."""
+        if self.kind == "macos":
+            installed = self.sh("test", "-e", self.worker_service_file(worker)).returncode == 0
+            disabled = self.sh("launchctl", "print-disabled", f"gui/{mac.UID}", user=mac.USER)
+            return installed and f'"{self._label(worker)}" => disabled' not in disabled.stdout
+        return self.unit("is-enabled", f"{worker}.service") == "enabled"
+
+    def worker_env(self, worker: str = "web-worker") -> str:
+        """The worker's environment as NAME="value" lines: its env file (Linux), its plist's
+        EnvironmentVariables (macOS)."""
+        if self.kind == "macos":
+            plist = plistlib.loads(self.sh("cat", self.worker_service_file(worker), check=True,
+                                           ).stdout.encode())
+            return "".join(f'{name}="{value}"\n'
+                           for name, value in plist["EnvironmentVariables"].items())
+        return self.sh("cat", f"/etc/coordinator-worker/{worker}.env", check=True).stdout
+
     def processes(self, pattern: str = "worker_web.py") -> list[int]:
-        return [int(pid) for pid in self.sh("pgrep", "--full", pattern).stdout.split()]
+        # -f: the options GNU's and BSD's pgrep share.
+        return [int(pid) for pid in self.sh("pgrep", "-f", pattern).stdout.split()]
+
+    @staticmethod
+    def _label(worker: str) -> str:
+        return f"{WORKER_DEFAULTS['worker_launchd_label_prefix']}{worker}"
 
     def stop_sshd(self) -> None:
         """Ansible can no longer log in; what runs on the host goes on (its open SSH
         sessions, ControlPersist's too, are closed)."""
         self.sh("systemctl", "stop", "ssh", check=True)
-        self.sh("pkill", "--full", f"sshd: {lab.ADMIN_USER}")
+        self.sh("pkill", "-f", f"sshd: {lab.kinds()[self.kind].user}")
 
     def start_sshd(self) -> None:
         self.sh("systemctl", "start", "ssh", check=True)

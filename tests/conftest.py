@@ -51,7 +51,7 @@ _alias_module_utils()
 
 # The test files that use the lab's containers, and the Molecule scenarios' own: together,
 # every test that starts containers (the tests that need ``podman_ready``).
-LAB_SUITES = ("tests/migrate/", "tests/lab/test_lab_script.py")
+LAB_SUITES = ("tests/migrate/", "tests/lab/test_lab_script.py", "tests/lab/test_macos_node.py")
 MOLECULE_SUITE = "tests/lab/test_molecule.py"
 CONTAINER_SUITES = (*LAB_SUITES, MOLECULE_SUITE)
 

@@ -10,7 +10,8 @@ from lab.lab import load_lab
 def test_lab_nodes_have_fixed_addresses_in_the_lab_subnet():
     lab = load_lab()
     subnet = ipaddress.ip_network(lab.subnet)
-    assert set(lab.nodes) == {"lab-ai-core", "lab-worker-slow", "lab-worker-fast"}
+    assert set(lab.nodes) == {"lab-ai-core", "lab-worker-slow", "lab-macbookair"}
+    assert lab.node_kinds == {"lab-macbookair": "macos"}
     assert lab.nodes["lab-ai-core"] == "10.89.20.40"
     for address in [*lab.nodes.values(), lab.outsider[1]]:
         assert ipaddress.ip_address(address) in subnet

@@ -27,7 +27,7 @@ LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 FIGURES = LOG_DIR / "figures.json"
 ORDER = ["test_hardening.py", "test_migrate_web.py", "test_faults.py", "test_readme.py",
          "test_upgrade_model.py", "test_secrets.py"]
-WORKER_HOSTS = ("lab-worker-slow", "lab-worker-fast")
+WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 
 
@@ -76,6 +76,17 @@ class Cluster:
     def traffic(self) -> drive.Traffic:
         return drive.Traffic(self.coordinator, self.redis_url)
 
+    def linux_web_host(self) -> str:
+        """The host of the web worker, moved to a Linux worker host first if it serves from
+        the Mac: for the tests of what systemd does when a worker stops."""
+        web = self.web_host()
+        if self.nodes[web].kind == "linux":
+            return web
+        linux = next(h for h in WORKER_HOSTS if self.nodes[h].kind == "linux")
+        moved = self.migrate(linux)
+        assert moved.returncode == 0, moved.output[-6000:]
+        return linux
+
     def migrate(self, web_host: str, **kwargs: object) -> drive.Run:
         return self.playbooks.run("migrate-web.yml", self.inventory(web_host), **kwargs)
 
@@ -113,7 +124,7 @@ def cluster(podman_ready: None) -> Iterator[Cluster]:
         password = (lab.SECRETS_DIR / "redis_password").read_text().split()[0]
         cluster = Cluster(
             the_lab, playbooks, drive.Coordinator(the_lab.coordinator_url),
-            {name: drive.Node(name, address, the_lab.network)
+            {name: drive.Node(name, address, the_lab.network, the_lab.node_kinds.get(name, "linux"))
              for name, address in the_lab.nodes.items()},
             # The redis role's admin user (`default` is off), over TLS with the lab's CA.
             f"rediss://{lab.REDIS_ADMIN_USER}:{password}@{core}:6379/0"

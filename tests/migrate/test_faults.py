@@ -158,8 +158,7 @@ def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> Non
     core = cluster.nodes[CORE]
     # The web worker's own environment, with another id, run by hand on the core host (in
     # no web_workers group), outside systemd: the copy that raced for tasks:web on esxi.
-    environment = cluster.nodes[web].sh("cat", "/etc/coordinator-worker/web-worker.env",
-                                        check=True).stdout
+    environment = cluster.nodes[web].worker_env()
     environment = re.sub(r'(?m)^WORKER_ID=.*$', 'WORKER_ID="web-worker-by-hand"', environment)
     environment = re.sub(r'(?m)^WORKER_HOST=.*$', f'WORKER_HOST="{core.address}"', environment)
     start = ("set -a; . /root/by-hand.env; set +a; cd /opt/coordinator-worker/app &&"
@@ -227,7 +226,7 @@ def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> Non
         assert "PLAY [PostgreSQL]" not in site.output
         assert set(site.changed().values()) == {0}
     finally:
-        core.sh("pkill", "--full", "by-hand.env|worker_web.py")
+        core.sh("pkill", "-f", "by-hand.env|worker_web.py")
         core.sh("rm", "-f", "/root/by-hand.env", "/root/by-hand.log")
     # Shared tasks:web: the copy took some of them and did them; none is lost.
     cluster.assert_settled(traffic.outcome(), web)
@@ -249,8 +248,8 @@ def test_new_host_gone_after_its_worker_started_rolls_back(cluster) -> None:
                          rf"tasks:web: .*web-worker-{old} on {old} ", text)
         assert (f"{new} could not be reached, so its web worker may still run: once it "
                 "answers, run migrate-web.yml again (it stops it)") in text
-        assert cluster.nodes[old].unit("is-active") == "active"
-        assert cluster.nodes[old].unit("is-enabled") == "enabled"
+        assert cluster.nodes[old].worker_active()
+        assert cluster.nodes[old].worker_enabled()
     finally:
         cluster.nodes[new].connect()
     # As the message says: once the host is back, the same playbook with the old host in
@@ -262,7 +261,8 @@ def test_new_host_gone_after_its_worker_started_rolls_back(cluster) -> None:
 
 @pytest.mark.timeout(1800)
 def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> None:
-    old = cluster.web_host()
+    # What the playbook says of the stop is read from systemd (the Mac's launchd: a gap).
+    old = cluster.linux_web_host()
     new = cluster.other(old)
     standin = f"http://{cluster.nodes[old].address}:11434/_standin/config"
     # Its Ollama hangs: the old worker is stuck in a task when SIGTERM comes.
@@ -311,7 +311,7 @@ WEB_UNIT = "/etc/systemd/system/web-worker.service"
 @pytest.mark.timeout(1800)
 def test_an_old_worker_that_ignores_sigterm_is_killed_by_systemd_within_the_bound(
         cluster) -> None:
-    old = cluster.web_host()
+    old = cluster.linux_web_host()
     new = cluster.other(old)
     node = cluster.nodes[old]
     # SIGSTOP would not do: systemd sends SIGCONT right after SIGTERM, and the worker's

@@ -28,13 +28,13 @@ import time
 import coordinator_contract as contract
 import pytest
 
-OLD, NEW = "lab-worker-slow", "lab-worker-fast"
+OLD, NEW = "lab-worker-slow", "lab-macbookair"
 DB_HOST = "lab-ai-core"
 
 
 def assert_old_side_serving(cluster) -> None:
-    assert cluster.nodes[OLD].unit("is-active") == "active"
-    assert cluster.nodes[NEW].unit("is-active") != "active"
+    assert cluster.nodes[OLD].worker_active()
+    assert not cluster.nodes[NEW].worker_active()
     task = cluster.coordinator.search()
     old_address = cluster.nodes[OLD].address
     assert (task["status"], task["worker_host"], task["fallback"]) == ("done", old_address, False)
@@ -94,7 +94,7 @@ def test_new_worker_that_does_not_come_up_is_stopped(cluster) -> None:
     assert "is not registered alive with the Coordinator" in done.unfolded()
     # What is true now: the old worker alone serves (the new one never registered).
     assert serving_now(cluster, OLD) in done.unfolded()
-    assert cluster.nodes[NEW].unit("is-enabled") != "enabled"
+    assert not cluster.nodes[NEW].worker_enabled()
     assert_old_side_serving(cluster)
 
 
@@ -125,9 +125,9 @@ def test_move_with_tasks_routed_throughout(cluster) -> None:
     # The old worker was drained before its stop: it stopped holding nothing.
     old = cluster.coordinator.workers()[f"web-worker-{OLD}"]
     assert (old["state"], old["drain_requested_at"] is not None) == ("stopped", True)
-    assert cluster.nodes[OLD].unit("is-enabled") != "enabled"
-    unit_file = "/etc/systemd/system/web-worker.service"
-    assert cluster.nodes[OLD].sh("test", "-e", unit_file).returncode != 0
+    assert not cluster.nodes[OLD].worker_enabled()
+    assert cluster.nodes[OLD].sh("test", "-e", cluster.nodes[OLD].worker_service_file()
+                                 ).returncode != 0
 
 
 @pytest.mark.timeout(1800)

@@ -22,6 +22,7 @@ from lab import drive, lab
 MINE = lab.STATE_DIR / "inventory-mine"
 VAULT_PASSWORD = lab.STATE_DIR / "vault-password"
 WRONG_PASSWORD = lab.STATE_DIR / "vault-password-wrong"
+MAC = "lab-macbookair"
 
 def secret(name: str) -> str:
     return (lab.SECRETS_DIR / name).read_text().split()[0]
@@ -31,26 +32,30 @@ def make_mine(cluster, web_host: str) -> None:
     """cp -r inventory/home inventory/mine, then the user's edits."""
     shutil.rmtree(MINE, ignore_errors=True)
     shutil.copytree(drive.REPO / "inventory" / "home", MINE)
-    # Hosts and addresses: the lab's three Linux nodes instead of AI-Core and the MacBook.
+    # Hosts and addresses: the lab's nodes instead of AI-Core and the MacBook, which keeps its
+    # host_vars (the login user, no become) under the lab's name.
     hosts_file = MINE / "hosts.yml"
     hosts = yaml.safe_load(hosts_file.read_text())
     groups = hosts["all"]["children"]
     for group in ("coordinator", "database", "redis"):
         groups[group]["hosts"] = {"lab-ai-core": None}
-    groups["inference_workers"]["hosts"] = {"lab-ai-core": None, "lab-worker-fast": None}
+    groups["inference_workers"]["hosts"] = {"lab-ai-core": None, MAC: None}
     groups["web_workers"]["hosts"] = {web_host: None}
     hosts["all"]["hosts"] = {name: {"ansible_host": node.address, "node_address": node.address}
                              for name, node in cluster.nodes.items()}
     hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
-    for name in ("ai-core.yml", "macbookair"):
-        path = MINE / "host_vars" / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (MINE / "host_vars" / "ai-core.yml").unlink()
+    (MINE / "host_vars" / "macbookair").rename(MINE / "host_vars" / MAC)
     # The login user and key, as for any SSH host.
-    for name in cluster.nodes:
-        (MINE / "host_vars" / f"{name}.yml").write_text("---\nansible_user: admin\n")
+    for name, node in cluster.nodes.items():
+        if node.kind != "macos":
+            (MINE / "host_vars" / f"{name}.yml").write_text("---\nansible_user: admin\n")
     (MINE / "group_vars" / "all" / "ssh.yml").write_text(yaml.safe_dump({
         "ansible_ssh_private_key_file": str(lab.SSH_KEY),
         "ansible_ssh_common_args": f"-o UserKnownHostsFile={lab.KNOWN_HOSTS}"}))
+    # The lab Mac's Ollama and wheels (its Homebrew bottle, wheels for its Python).
+    shutil.copy(lab.INVENTORY / "host_vars" / MAC / "standins.yml",
+                MINE / "host_vars" / MAC / "standins.yml")
     # What the lab has instead of SearXNG, Ollama and PyPI: the stand-in endpoints, and wheels.
     shutil.copy(lab.INVENTORY / "group_vars" / "all" / "standins.yml",
                 MINE / "group_vars" / "all" / "standins.yml")

@@ -20,15 +20,19 @@ import requests
 import yaml
 
 from lab import capture, lab, throwaway
+from lab.macos import node as mac
 
-WEB_ENV = "/etc/coordinator-worker/web-worker.env"
 # Connects with the DSN on standard input; prints "ok" or PostgreSQL's first error line.
 LOGIN = ("import sys, psycopg2\n"
          "try:\n    psycopg2.connect(sys.stdin.read(), connect_timeout=5).close(); print('ok')\n"
          "except psycopg2.Error as e:\n    print(str(e).strip().splitlines()[0])\n")
 
 
-CA_FILE = "/etc/coordinator-cluster/tls/ca.crt"
+# The cluster CA's certificate where cluster_tls puts it (cluster_tls_dir): the inventory's
+# setting for every host, the Mac's own in its home (inventory/home's macbookair).
+CA_FILES = {kind: yaml.safe_load(path.read_text())["cluster_tls_dir"] + "/ca.crt"
+            for kind, path in (("linux", lab.INVENTORY / "group_vars" / "all" / "cluster.yml"),
+                               ("macos", mac.HOME_MAC))}
 # Logs in to Redis with "user password host ca_file" on standard input (over TLS with that
 # CA; "-": plain TCP); prints "ok" or the error.
 REDIS_LOGIN = ("import sys, redis\nuser, password, host, ca = sys.stdin.read().split()\n"
@@ -38,9 +42,10 @@ REDIS_LOGIN = ("import sys, redis\nuser, password, host, ca = sys.stdin.read().s
                "except redis.RedisError as e:\n    print(e)\n")
 
 
-def redis_login_from(node, user: str, password: str, host: str, ca_file: str = CA_FILE) -> str:
-    return node.sh("/opt/coordinator-worker/venv/bin/python", "-c", REDIS_LOGIN,
-                   input_text=f"{user} {password} {host} {ca_file}", check=True).stdout.strip()
+def redis_login_from(node, user: str, password: str, host: str, ca_file: str = "") -> str:
+    return node.sh(f"{node.worker_base_dir}/venv/bin/python", "-c", REDIS_LOGIN,
+                   input_text=f"{user} {password} {host} {ca_file or CA_FILES[node.kind]}",
+                   check=True).stdout.strip()
 
 
 def env_value(env: str, name: str) -> str:
@@ -49,7 +54,7 @@ def env_value(env: str, name: str) -> str:
 
 
 def login_from(node, dsn: str) -> str:
-    return node.sh("/opt/coordinator-worker/venv/bin/python", "-c", LOGIN, input_text=dsn,
+    return node.sh(f"{node.worker_base_dir}/venv/bin/python", "-c", LOGIN, input_text=dsn,
                    check=True).stdout.strip()
 
 
@@ -77,18 +82,19 @@ def test_postgresql_takes_workers_only_over_tls_with_the_cluster_cas_certificate
     web_host = cluster.web_host()
     node = cluster.nodes[web_host]
     address = cluster.nodes["lab-ai-core"].address
-    dsn = env_value(node.sh("cat", WEB_ENV, check=True).stdout, "PG_DSN")
-    assert dsn.endswith(f" sslmode=verify-full sslrootcert='{CA_FILE}'")
+    dsn = env_value(node.worker_env(), "PG_DSN")
+    ca_file = CA_FILES[node.kind]
+    assert dsn.endswith(f" sslmode=verify-full sslrootcert='{ca_file}'")
     assert login_from(node, dsn) == "ok"
     login = contract.worker_db_role(web_host)
     assert login_from(node, dsn.replace("sslmode=verify-full", "sslmode=disable")) == (
         f'connection to server at "{address}", port 5432 failed: FATAL:  no pg_hba.conf entry '
         f'for host "{node.address}", user "{login}", database "coordinator", no encryption')
-    other = dsn.replace(CA_FILE, make_other_ca(node))
+    other = dsn.replace(ca_file, make_other_ca(node))
     assert login_from(node, other) == (
         f'connection to server at "{address}", port 5432 failed: SSL error: certificate '
         'verify failed')
-    none = dsn.replace(CA_FILE, "/tmp/no-such-ca.crt")
+    none = dsn.replace(ca_file, "/tmp/no-such-ca.crt")
     assert login_from(node, none) == (
         f'connection to server at "{address}", port 5432 failed: root certificate file '
         '"/tmp/no-such-ca.crt" does not exist')
@@ -100,8 +106,8 @@ def test_redis_serves_only_tls_with_the_cluster_cas_certificate(cluster) -> None
     refused before it sends its password."""
     web_host = cluster.web_host()
     node, core = cluster.nodes[web_host], cluster.nodes["lab-ai-core"]
-    env = node.sh("cat", WEB_ENV, check=True).stdout
-    assert env_value(env, "REDIS_CA_FILE") == CA_FILE
+    env = node.worker_env()
+    assert env_value(env, "REDIS_CA_FILE") == CA_FILES[node.kind]
     user, password = env_value(env, "REDIS_USERNAME"), env_value(env, "REDIS_PASSWORD")
     assert redis_login_from(node, user, password, core.address) == "ok"
     assert redis_login_from(node, user, password, core.address, "-") in (
@@ -127,9 +133,10 @@ def test_the_coordinator_serves_only_https_with_the_cluster_cas_certificate(
     handshake, and a plain http:// request gets no answer: no token goes out in clear."""
     url = cluster.coordinator.url
     assert url.startswith("https://")
-    env = cluster.nodes[cluster.web_host()].sh("cat", WEB_ENV, check=True).stdout
+    node = cluster.nodes[cluster.web_host()]
+    env = node.worker_env()
     assert (env_value(env, "COORDINATOR_URL"), env_value(env, "COORDINATOR_CA_FILE")) == (
-        url, CA_FILE)
+        url, CA_FILES[node.kind])
     health = requests.get(f"{url}/health", verify=cluster.coordinator.verify, timeout=10)
     assert health.status_code == 200, health.text
     other = throwaway.make_certificates(tmp_path / "other", ca_name="another CA")
@@ -173,7 +180,7 @@ def test_rotating_the_worker_keys_and_renewing_certificates_with_site_yml_gives_
     assert [server_certificate_serial(node, core.address, port)
             for port in (5432, 6379, coordinator_port)] == [issued, issued, issued]
     assert core.sh("pidof", "redis-server", check=True).stdout.strip() == redis_pid
-    env = node.sh("cat", WEB_ENV, check=True).stdout
+    env = node.worker_env()
     dsn = next(line.split("=", 1)[1].strip().strip('"') for line in env.splitlines()
                if line.startswith("PG_DSN="))
     new_password = contract.worker_db_password(new_db_key, web_host)

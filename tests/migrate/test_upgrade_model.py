@@ -41,13 +41,15 @@ def standins(cluster):
 
 
 def running_models(cluster) -> dict[str, set[str]]:
-    """host -> the OLLAMA_MODEL of every worker environment file it has (hosts without a
-    worker left out)."""
+    """host -> the OLLAMA_MODEL of every worker environment (env file or plist) it has
+    (hosts without a worker left out)."""
     found = {}
     for host in HOSTS:
-        lines = cluster.nodes[host].sh(
-            "sh", "-c", "cat /etc/coordinator-worker/*.env 2>/dev/null | grep '^OLLAMA_MODEL='"
-        ).stdout.split()
+        node = cluster.nodes[host]
+        lines = [line for worker in ("inference-worker", "web-worker")
+                 if node.sh("test", "-e", node.worker_service_file(worker)).returncode == 0
+                 for line in node.worker_env(worker).splitlines()
+                 if line.startswith("OLLAMA_MODEL=")]
         if lines:
             found[host] = {line.split("=", 1)[1].strip('"') for line in lines}
     return found
