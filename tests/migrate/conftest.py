@@ -25,8 +25,8 @@ from lab.throwaway import wait_until
 
 LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 FIGURES = LOG_DIR / "figures.json"
-ORDER = ["test_hardening.py", "test_migrate_web.py", "test_faults.py", "test_readme.py",
-         "test_upgrade_model.py", "test_secrets.py"]
+ORDER = ["test_hardening.py", "test_migrate_web.py", "test_faults.py", "test_macos.py",
+         "test_readme.py", "test_upgrade_model.py", "test_secrets.py"]
 WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 
@@ -76,6 +76,12 @@ class Cluster:
     def traffic(self) -> drive.Traffic:
         return drive.Traffic(self.coordinator, self.redis_url)
 
+    def web_on(self, host: str) -> None:
+        """Move the web worker to ``host`` unless it serves from there already."""
+        if self.web_host() != host:
+            moved = self.migrate(host)
+            assert moved.returncode == 0, moved.output[-6000:]
+
     def linux_web_host(self) -> str:
         """The host of the web worker, moved to a Linux worker host first if it serves from
         the Mac: for the tests of what systemd does when a worker stops."""
@@ -83,8 +89,7 @@ class Cluster:
         if self.nodes[web].kind == "linux":
             return web
         linux = next(h for h in WORKER_HOSTS if self.nodes[h].kind == "linux")
-        moved = self.migrate(linux)
-        assert moved.returncode == 0, moved.output[-6000:]
+        self.web_on(linux)
         return linux
 
     def migrate(self, web_host: str, **kwargs: object) -> drive.Run:

@@ -281,6 +281,27 @@ def test_the_report_without_a_list_gives_the_error_and_without_a_check_question_
         "answer); its last log lines: ")
 
 
+def test_a_mac_whose_workers_get_no_route_to_the_lan_is_told_to_allow_its_interpreter():
+    infer, _ = expected_of()
+    logs = [{"item": infer, "stdout_lines": [
+        "Redis check FAILED at 192.168.0.40:6379: Error 65 connecting to 192.168.0.40:6379. "
+        "No route to host."]}]
+    mac = {"interpreter": "/opt/homebrew/Cellar/python@3.12/3.12.8/bin/python3.12",
+           "settings": "System Settings > Privacy & Security > Local Network"}
+    report = worker.registration_report([infer], hostname="mac", logs=logs, local_network=mac)
+    assert report.endswith(
+        "; mac is a Mac whose workers, started by launchd, get EHOSTUNREACH (No route to host) "
+        "on the LAN: macOS's Local Network privacy denies "
+        "/opt/homebrew/Cellar/python@3.12/3.12.8/bin/python3.12 until it is allowed in System "
+        "Settings > Privacy & Security > Local Network; allow it there (logged in at the "
+        "console), then run again")
+    # Linux (no local_network), or a Mac whose workers failed otherwise: no such line.
+    assert "Local Network" not in worker.registration_report([infer], hostname="h", logs=logs)
+    other = [{"item": infer, "stdout_lines": ["Connection refused"]}]
+    assert "Local Network" not in worker.registration_report(
+        [infer], hostname="mac", logs=other, local_network=mac)
+
+
 @pytest.mark.parametrize(("result", "problem"), [
     ({"unreachable": True, "msg": 'Task failed: Data could not be sent to remote host '
       '"10.89.20.42". Make sure this host can be reached over ssh: ssh: connect to host '

@@ -305,14 +305,23 @@ def missing_registrations(expected: Sequence[Mapping[str, Any]],
     return [e for e in expected if not any(_is_listed(e, answer) for answer in answers)]
 
 
+# The text every libc gives EHOSTUNREACH (65 on macOS, 113 on Linux), which Redis, libpq and
+# requests put in their messages.
+NO_ROUTE = "No route to host"
+
+
 def registration_report(missing: Sequence[Mapping[str, Any]], *, hostname: str,
                         registry: Sequence[Mapping[str, Any]] = (),
-                        logs: Sequence[Mapping[str, Any]] = ()) -> str:
+                        logs: Sequence[Mapping[str, Any]] = (),
+                        local_network: Mapping[str, str] | None = None) -> str:
     """One line per worker of ``missing`` (expected_registrations' records, or bare worker
     records when the check stopped before knowing more): what was expected, what the
     Coordinator says of it and its last log lines. ``registry`` holds the results of GET
     /workers looped over the Coordinators' URLs, ``logs`` those of the log reads looped over
-    the missing workers."""
+    the missing workers. ``local_network`` (a Mac: {interpreter, settings}) adds the fix when
+    a worker's log says its LAN connections got EHOSTUNREACH: macOS's Local Network privacy
+    denies a LaunchAgent's interpreter without the grant, while the same checks run over SSH
+    (the role's preflight) connect."""
     answers = {r.get("item"): r for r in registry if isinstance(r, Mapping)}
     log_lines = {r["item"]["name"]: r.get("stdout_lines") or [] for r in logs
                  if isinstance(r, Mapping) and isinstance(r.get("item"), Mapping)}
@@ -339,6 +348,14 @@ def registration_report(missing: Sequence[Mapping[str, Any]], *, hostname: str,
             f"with the Coordinator at {url or '?'} as host {worker.get('host', '?')}, version "
             f"{worker.get('version', '?')}, pid {pid} (Coordinator says: {says}); its last log "
             f"lines: {' | '.join(log_lines.get(worker['name'], []))}")
+    denied = local_network and any(NO_ROUTE in line for worker in missing
+                                   for line in log_lines.get(worker["name"], []))
+    if denied:
+        lines.append(
+            f"{hostname} is a Mac whose workers, started by launchd, get EHOSTUNREACH ({NO_ROUTE}) "
+            f"on the LAN: macOS's Local Network privacy denies {local_network['interpreter']} "
+            f"until it is allowed in {local_network['settings']}; allow it there (logged in at "
+            "the console), then run again")
     return "; ".join(lines)
 
 
