@@ -3,7 +3,7 @@
 
 On the container lab (inventory/lab: web worker on lab-worker-slow), web_search tasks are
 routed through the Coordinator at a steady rate before, during and after `migrate-web.yml`
-moves the worker to lab-worker-fast. Meanwhile the length of `tasks:web` is read every
+moves the worker to lab-macbookair. Meanwhile the length of `tasks:web` is read every
 100 ms: a task that sits in the queue untaken for a long time is a time without a consumer
 (an idle worker takes a task within milliseconds; a busy one within one task's time). It
 prints:
@@ -48,7 +48,7 @@ from coordinator_contract import REDIS_ADMIN_USER, WEB_QUEUE  # noqa: E402
 
 from lab import demo, lab  # noqa: E402
 
-WORKER_NODES = ("lab-worker-slow", "lab-worker-fast")
+WORKER_NODES = ("lab-worker-slow", "lab-macbookair")
 SAMPLE_SECONDS = 0.1
 
 
@@ -59,8 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--after", type=float, default=20.0, help="seconds of load after moving")
     p.add_argument("--standin-latency", type=float, default=0.1,
                    help="seconds each Ollama stand-in call takes on both worker nodes")
-    p.add_argument("--to", choices=WORKER_NODES, default="lab-worker-fast",
-                   help="host the web worker moves to (default: lab-worker-fast)")
+    p.add_argument("--to", choices=WORKER_NODES, default="lab-macbookair",
+                   help="host the web worker moves to (default: lab-macbookair)")
     p.add_argument("--reuse", action="store_true",
                    help="use the running, provisioned lab as it is (default: build a fresh one)")
     p.add_argument("--keep", action="store_true", help="leave the lab running afterwards")

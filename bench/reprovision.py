@@ -106,9 +106,11 @@ def make_inventory(nodes: int) -> tuple[Path, dict[str, str]]:
     lab_nodes = groups["lab_nodes"]["hosts"]
     if nodes < len(lab_nodes):
         raise SystemExit(f"--nodes {nodes}: the lab has {len(lab_nodes)} nodes at least")
-    # The extra nodes copy an inference worker that has no other part (lab-worker-fast).
+    # The extra nodes copy an inference worker that has no other part (lab-macbookair: Macs,
+    # of the same node kind).
     template = next(h for h in groups["inference_workers"]["hosts"]
                     if sum(h in (g.get("hosts") or {}) for g in groups.values()) == 2)
+    kind = {k: v for k, v in lab_nodes[template].items() if k == "lab_node_kind"}
     origin = {bench_name(h): h for h in lab_nodes}
     used = {int(ipaddress.ip_address(v["node_address"])) for v in lab_nodes.values()}
     last = max(used)
@@ -116,7 +118,7 @@ def make_inventory(nodes: int) -> tuple[Path, dict[str, str]]:
         last += 1
         origin[f"{PREFIX}infer-{number}"] = template
         lab_nodes[f"{PREFIX}infer-{number}"] = {
-            "node_address": str(ipaddress.ip_address(last))}
+            "node_address": str(ipaddress.ip_address(last)), **kind}
     for group in groups.values():
         members = group.get("hosts") or {}
         renamed = {}
