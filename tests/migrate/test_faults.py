@@ -162,6 +162,8 @@ def test_a_worker_started_by_hand_elsewhere_is_named_and_refused(cluster) -> Non
     environment = cluster.nodes[web].worker_env()
     environment = re.sub(r'(?m)^WORKER_ID=.*$', 'WORKER_ID="web-worker-by-hand"', environment)
     environment = re.sub(r'(?m)^WORKER_HOST=.*$', f'WORKER_HOST="{core.address}"', environment)
+    # The core host's own path to the cluster CA's certificate (a Mac keeps it in its home).
+    environment = environment.replace(cluster.nodes[web].cluster_ca_file, core.cluster_ca_file)
     start = ("set -a; . /root/by-hand.env; set +a; cd /opt/coordinator-worker/app &&"
              " /opt/coordinator-worker/venv/bin/python worker_web.py")
     core.sh("sh", "-c", "cat > /root/by-hand.env", input_text=environment, check=True)

@@ -20,7 +20,6 @@ import requests
 import yaml
 
 from lab import capture, lab, throwaway
-from lab.macos import node as mac
 
 # Connects with the DSN on standard input; prints "ok" or PostgreSQL's first error line.
 LOGIN = ("import sys, psycopg2\n"
@@ -28,11 +27,6 @@ LOGIN = ("import sys, psycopg2\n"
          "except psycopg2.Error as e:\n    print(str(e).strip().splitlines()[0])\n")
 
 
-# The cluster CA's certificate where cluster_tls puts it (cluster_tls_dir): the inventory's
-# setting for every host, the Mac's own in its home (inventory/home's macbookair).
-CA_FILES = {kind: yaml.safe_load(path.read_text())["cluster_tls_dir"] + "/ca.crt"
-            for kind, path in (("linux", lab.INVENTORY / "group_vars" / "all" / "cluster.yml"),
-                               ("macos", mac.HOME_MAC))}
 # Logs in to Redis with "user password host ca_file" on standard input (over TLS with that
 # CA; "-": plain TCP); prints "ok" or the error.
 REDIS_LOGIN = ("import sys, redis\nuser, password, host, ca = sys.stdin.read().split()\n"
@@ -44,7 +38,7 @@ REDIS_LOGIN = ("import sys, redis\nuser, password, host, ca = sys.stdin.read().s
 
 def redis_login_from(node, user: str, password: str, host: str, ca_file: str = "") -> str:
     return node.sh(f"{node.worker_base_dir}/venv/bin/python", "-c", REDIS_LOGIN,
-                   input_text=f"{user} {password} {host} {ca_file or CA_FILES[node.kind]}",
+                   input_text=f"{user} {password} {host} {ca_file or node.cluster_ca_file}",
                    check=True).stdout.strip()
 
 
@@ -83,7 +77,7 @@ def test_postgresql_takes_workers_only_over_tls_with_the_cluster_cas_certificate
     node = cluster.nodes[web_host]
     address = cluster.nodes["lab-ai-core"].address
     dsn = env_value(node.worker_env(), "PG_DSN")
-    ca_file = CA_FILES[node.kind]
+    ca_file = node.cluster_ca_file
     assert dsn.endswith(f" sslmode=verify-full sslrootcert='{ca_file}'")
     assert login_from(node, dsn) == "ok"
     login = contract.worker_db_role(web_host)
@@ -107,7 +101,7 @@ def test_redis_serves_only_tls_with_the_cluster_cas_certificate(cluster) -> None
     web_host = cluster.web_host()
     node, core = cluster.nodes[web_host], cluster.nodes["lab-ai-core"]
     env = node.worker_env()
-    assert env_value(env, "REDIS_CA_FILE") == CA_FILES[node.kind]
+    assert env_value(env, "REDIS_CA_FILE") == node.cluster_ca_file
     user, password = env_value(env, "REDIS_USERNAME"), env_value(env, "REDIS_PASSWORD")
     assert redis_login_from(node, user, password, core.address) == "ok"
     assert redis_login_from(node, user, password, core.address, "-") in (
@@ -136,7 +130,7 @@ def test_the_coordinator_serves_only_https_with_the_cluster_cas_certificate(
     node = cluster.nodes[cluster.web_host()]
     env = node.worker_env()
     assert (env_value(env, "COORDINATOR_URL"), env_value(env, "COORDINATOR_CA_FILE")) == (
-        url, CA_FILES[node.kind])
+        url, node.cluster_ca_file)
     health = requests.get(f"{url}/health", verify=cluster.coordinator.verify, timeout=10)
     assert health.status_code == 200, health.text
     other = throwaway.make_certificates(tmp_path / "other", ca_name="another CA")
