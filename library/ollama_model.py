@@ -81,6 +81,8 @@ options:
       - After the model is present, ask it for one token (C(POST /api/generate), C(stream)
         false, C(options.num_predict) 1), which loads it, and fail unless Ollama answers
         C(done). Not in check mode, and not with O(state=absent).
+      - When it fails, the failure carries Ollama's own words in C(generate_error) (for
+        instance a model that does not load).
       - A model that has to be loaded from disk takes a while; the generation may take the
         smaller of O(timeout) and 300 seconds.
     type: bool
@@ -258,6 +260,14 @@ class OllamaError(Exception):
 
 class OllamaUnreachable(OllamaError):
     """No HTTP answer at all: refused, timed out, or the name does not resolve."""
+
+
+class NotGenerating(OllamaError):
+    """The model is listed, but Ollama's generation with it failed: ``reason`` in its words."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # ---------------------------------------------------------------------------
@@ -611,8 +621,8 @@ def prove(client: OllamaClient, name: str, result: dict[str, Any]) -> dict[str, 
     except OllamaUnreachable:
         raise
     except OllamaError as exc:
-        raise OllamaError(f"Ollama at {client.url} lists {name} but does not generate with it: "
-                          f"{exc}") from exc
+        raise NotGenerating(f"Ollama at {client.url} lists {name} but does not generate with "
+                            f"it: {exc}", str(exc)) from exc
     return result
 
 
@@ -638,6 +648,8 @@ def main() -> None:
         module.fail_json(msg=f"wait must be 0 or more seconds, got {module.params['wait']}")
     try:
         result = run(module)
+    except NotGenerating as exc:
+        module.fail_json(msg=str(exc), name=module.params["name"], generate_error=exc.reason)
     except OllamaError as exc:
         module.fail_json(msg=str(exc), name=module.params["name"])
     module.exit_json(**result)

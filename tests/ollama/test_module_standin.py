@@ -251,6 +251,8 @@ def test_a_listed_model_that_does_not_load_fails_with_ollamas_words(standin, run
     assert result["failed"] is True
     assert result["msg"] == (f"Ollama at {standin.url} lists {HF} but does not generate with "
                              f"it: {error}")
+    # Ollama's words alone too, for a caller's own message (upgrade-model.yml's gate).
+    assert result["generate_error"] == error
 
 
 @pytest.mark.parametrize("args", [{"generate": False}, {"state": "absent"}])
