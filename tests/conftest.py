@@ -51,9 +51,12 @@ _alias_module_utils()
 
 # The test files that use the lab's containers, and the Molecule scenarios' own: together,
 # every test that starts containers (the tests that need ``podman_ready``).
-LAB_SUITES = ("tests/migrate/", "tests/lab/test_lab_script.py", "tests/lab/test_macos_node.py")
+LAB_SUITES = ("tests/migrate/", "tests/lab/test_lab_script.py")
 MOLECULE_SUITE = "tests/lab/test_molecule.py"
-CONTAINER_SUITES = (*LAB_SUITES, MOLECULE_SUITE)
+# Like the Molecule scenarios: containers of its own on a network of its own, under the
+# Molecule lock, so it runs beside the lab suites, in the process of the other tests.
+MAC_NODE_SUITE = "tests/lab/test_macos_node.py"
+CONTAINER_SUITES = (*LAB_SUITES, MOLECULE_SUITE, MAC_NODE_SUITE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

