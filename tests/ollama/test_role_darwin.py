@@ -154,4 +154,7 @@ def test_the_roles_own_agent_on_the_port_is_no_conflict(mac, tmp_path):
     # launchd runs com.ollama.serve as pid 4242, the process lsof finds on the port.
     state.write_text(json.dumps({"loaded": ["com.ollama.serve"], "disabled": [], "calls": []}))
     (tmp_path / "lsof.out").write_text(f"p4242\ncollama\nn*:{port}\n")
-    converge()
+    # The run succeeds (converge asserts it), and the port check saw the listener and let it be.
+    result = converge()
+    assert "Check that no other process holds the Ollama port" in result["output"]
+    assert "listens on port" not in result["output"]
