@@ -19,7 +19,8 @@ import hashlib
 import hmac
 import re
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 # -- routing ---------------------------------------------------------------------------------
 
@@ -116,6 +117,82 @@ def worker_db_password(key: str, host: str) -> str:
     secret serves any number of hosts; Ansible sets it on the database host and writes it
     only to that worker host. Another key (a rotation) gives every host a new one."""
     return hmac.new(key.encode(), f"worker-db:{host}".encode(), hashlib.sha256).hexdigest()
+
+
+# -- what each worker host may take (its grant) ----------------------------------------------
+
+#: The table of the grants (docs/design.md, "Privileges"): one row per worker host's login,
+#: the queues its workers take from, their ids and the WORKER_HOST they write. The schema's
+#: guard holds every write of a worker login to its row; the postgresql_access role writes
+#: the rows, from the same derivation as the Redis users (``worker_grants``). Both create the
+#: table, whichever comes first (on a first install the role runs before the Coordinator
+#: makes its schema), as the owner of the schema.
+WORKER_GRANTS_TABLE = "worker_grants"
+WORKER_GRANTS_DDL = f"""CREATE TABLE IF NOT EXISTS {WORKER_GRANTS_TABLE} (
+    login        name PRIMARY KEY,
+    host         text NOT NULL,
+    worker_hosts text[] NOT NULL,
+    queues       text[] NOT NULL,
+    worker_ids   text[] NOT NULL
+)"""
+#: Make the table hold exactly the grants of ``%(grants)s`` (JSON: a list of {login, host,
+#: worker_hosts, queues, worker_ids}); answers ``changes``, the rows it inserted, changed or
+#: deleted (0 when the table already held them).
+WORKER_GRANTS_WRITE_SQL = f"""WITH wanted AS (
+    SELECT * FROM jsonb_to_recordset(%(grants)s::jsonb)
+        AS g(login name, host text, worker_hosts text[], queues text[], worker_ids text[])
+), dropped AS (
+    DELETE FROM {WORKER_GRANTS_TABLE} AS t
+     WHERE NOT EXISTS (SELECT FROM wanted w WHERE w.login = t.login)
+    RETURNING t.login
+), written AS (
+    INSERT INTO {WORKER_GRANTS_TABLE} AS t (login, host, worker_hosts, queues, worker_ids)
+    SELECT login, host, worker_hosts, queues, worker_ids FROM wanted
+    ON CONFLICT (login) DO UPDATE
+       SET host = EXCLUDED.host, worker_hosts = EXCLUDED.worker_hosts,
+           queues = EXCLUDED.queues, worker_ids = EXCLUDED.worker_ids
+     WHERE (t.host, t.worker_hosts, t.queues, t.worker_ids) IS DISTINCT FROM
+           (EXCLUDED.host, EXCLUDED.worker_hosts, EXCLUDED.queues, EXCLUDED.worker_ids)
+    RETURNING t.login
+)
+SELECT (SELECT count(*) FROM dropped) + (SELECT count(*) FROM written) AS changes"""
+
+
+class WorkerGrantError(ValueError):
+    """An inventory the grants cannot be derived from; the message names the host and the
+    fix."""
+
+
+def worker_grants(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any],
+                  worker_groups: Iterable[str],
+                  keep_hosts: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """What each host of ``worker_groups`` may take, the one derivation behind its Redis user
+    and its PostgreSQL grant: {host, queues, worker_ids, worker_hosts}, sorted by host, from
+    the ``worker_status`` records it published (the worker role's ``tasks_from: status``,
+    which site.yml and migrate-web.yml run on every host first); ``worker_hosts`` are the
+    WORKER_HOST values its workers write. Workers declared absent get nothing, except on
+    ``keep_hosts`` (a web worker being moved away keeps its queue until it is stopped; those
+    hosts are granted even outside the groups)."""
+    keep = list(keep_hosts or ())
+    hosts = sorted({h for g in worker_groups for h in groups.get(g) or ()} | set(keep))
+    grants = []
+    for host in hosts:
+        records = hostvars[host].get("worker_status")
+        if records is None:
+            raise WorkerGrantError(
+                f"{host} published no worker records (worker_status): run the worker role's "
+                "`tasks_from: status` on every worker host before the redis and "
+                "postgresql_access roles (site.yml and migrate-web.yml do), or set their "
+                "grants (redis_workers, postgresql_access_workers)")
+        kept = [r for r in records
+                if host in keep or (r.get("state") or "present") == "present"]
+        grants.append({
+            "host": host,
+            "queues": sorted({q for r in kept for q in r.get("queues") or ()}),
+            "worker_ids": sorted({r["worker_id"] for r in kept}),
+            "worker_hosts": sorted({r["host"] for r in kept if r.get("host")}),
+        })
+    return grants
 
 
 # -- Redis users ------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ description:
     or C(failed) or O(timeout) runs out.
   - It is the acceptance step of a worker migration. A running service proves nothing, and
     nothing re-dispatches web-search tasks, so the proof is one routed task seen C(done) in
-    the database, on the expected host (O(worker_host)), without a fallback answer unless
-    O(allow_fallback) says one is acceptable.
+    the database, on the expected host (O(worker_host)), claimed by that host's own database
+    login (O(claimed_by_host)), without a fallback answer unless O(allow_fallback) says one is
+    acceptable.
   - The database is read directly, not through the API, so a Coordinator that answers while
     writing to another database, or a worker whose writes never reach PostgreSQL, is caught.
   - PostgreSQL is checked (login and the C(tasks) table) B(before) the task is routed, so a
@@ -26,6 +27,8 @@ description:
     V(task <id> still 'queued' after 60s: no web worker took it);
     V(task <id> still 'running' after 60s on web-worker-macbookair (macbookair\));
     V(task <id> done on ai-core, expected macbookair);
+    V(task <id> is done, and the row claims host macbookair but was claimed by login
+    worker_ai_core, not macbookair's own worker_macbookair: ...);
     V(task <id> done with fallback: summarisation failed on macbookair);
     V(task <id> failed on macbookair: <error>).
   - Routing a task inserts a row, but the module is a verification probe and, like
@@ -61,7 +64,24 @@ options:
       - Host expected to have done the work, compared (case-insensitively) with the
         C(worker_host) column of the finished task. Use the worker's C(WORKER_HOST).
       - Unset accepts any host.
+      - The worker writes this column itself; O(claimed_by_host) checks what the database
+        established.
     type: str
+  claimed_by_host:
+    description:
+      - Inventory name of the host expected to have done the work. The finished task's
+        C(claimed_by), which the database sets to the login that claimed it, must be that
+        host's own login (C(worker_<host>), coordinator_contract C(worker_db_role)); the row's
+        C(worker_host) and C(worker_id) are what the worker wrote, and a host may claim only
+        its own workers' tasks, naming only its own workers (the schema's guard and the
+        grants of the C(postgresql_access) role).
+      - When the task was claimed by a login that is no worker host's own (without
+        C(postgresql_access_worker_password_key) every worker host logs in as the
+        Coordinator's login), the database cannot tell hosts apart; the module then warns
+        that the host rests on the worker's own word instead of failing.
+      - Unset checks no login.
+    type: str
+    version_added: "0.3.0"
   allow_fallback:
     description:
       - Whether an answer made of the raw search results (summarisation failed on the worker)
@@ -180,6 +200,7 @@ EXAMPLES = r"""
     login_password: "{{ coordinator_db_password }}"
     prompt: What is the weather in Tokyo today?
     worker_host: macbookair
+    claimed_by_host: macbookair
     timeout: 60
   register: probe
 
@@ -260,6 +281,14 @@ answered_model:
   returned: when the task's row was read
   type: str
   sample: hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M
+claimed_by:
+  description:
+    - The database login that claimed the task (C(tasks.claimed_by)), set by the database,
+      not by the worker; a worker host's own login C(worker_<host>), or the Coordinator's
+      login when the workers share it.
+  returned: when the task's row was read
+  type: str
+  sample: worker_macbookair
 answer:
   description: The task's result.
   returned: when the task's row was read
@@ -326,6 +355,7 @@ from ansible.module_utils.coordinator_probe import (
     describe_unreachable,
     describe_url_problem,
     first_line,
+    identity_warning,
     is_final,
     is_restarting,
     judge_final,
@@ -356,6 +386,7 @@ def argument_spec() -> dict[str, Any]:
         "model": {"type": "str"},
         "target_worker": {"type": "str"},
         "worker_host": {"type": "str"},
+        "claimed_by_host": {"type": "str"},
         "allow_fallback": {"type": "bool", "default": False},
         "answered_model": {"type": "str"},
         "timeout": {"type": "int", "default": 60},
@@ -512,10 +543,13 @@ def run(module: AnsibleModule, driver: Driver) -> dict[str, Any]:
     finally:
         probe.close()
     expect = Expectation(module.params["worker_host"], module.params["allow_fallback"],
-                         module.params["answered_model"])
+                         module.params["answered_model"], module.params["claimed_by_host"])
     failure = judge_final(row, expect)
     if failure:
         raise ProbeError(failure, result_fields(row))
+    warning = identity_warning(row, expect)
+    if warning:
+        module.warn(warning)
     return {"changed": False, "msg": describe_success(row), **result_fields(row)}
 
 

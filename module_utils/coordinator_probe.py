@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from ansible.module_utils.coordinator_contract import (
+    WORKER_DB_GROUP,
     coordinator_tls_problem,
     coordinator_url_problem,
+    worker_db_role,
 )
 
 # The columns of ``tasks`` the probe reads (docs/design.md), in the order of TaskRow's fields.
@@ -34,6 +36,13 @@ TASK_COLUMNS = (
     "started_at",
     "finished_at",
     "answered_model",
+    # The login that claimed the task, which the database records (schema version 5), and
+    # whether it is a worker host's own (a member of the workers' group role): the
+    # Coordinator's own login, which the workers share without a worker key, is not.
+    "claimed_by::text",
+    "EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member"
+    " JOIN pg_roles g ON g.oid = m.roleid"
+    f" WHERE r.rolname = claimed_by AND g.rolname = '{WORKER_DB_GROUP}')",
 )
 SELECT_TASK_SQL = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks WHERE id = %s::uuid"
 # Run before routing: a missing table means the probe looks at the wrong database, and saying
@@ -68,6 +77,8 @@ class TaskRow:
     started_at: datetime | None
     finished_at: datetime | None
     answered_model: str | None = None
+    claimed_by: str | None = None
+    claimed_by_worker_login: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,8 @@ class Expectation:
     worker_host: str | None
     allow_fallback: bool
     answered_model: str | None = None
+    # Inventory name of the host whose own login must have claimed the task.
+    claimed_by_host: str | None = None
 
 
 class ProbeError(Exception):
@@ -327,6 +340,13 @@ def judge_final(row: TaskRow, expect: Expectation) -> str | None:
         return f"task {row.id} failed on {_where(row)}: {row.error or 'no error recorded'}"
     if expect.worker_host and (row.worker_host or "").casefold() != expect.worker_host.casefold():
         return f"task {row.id} done on {_where(row)}, expected {expect.worker_host}"
+    if expect.claimed_by_host and row.claimed_by_worker_login:
+        login = worker_db_role(expect.claimed_by_host)
+        if row.claimed_by != login:
+            return (f"task {row.id} is done, and the row claims host {_where(row)} but was claimed "
+                    f"by login {row.claimed_by}, not {expect.claimed_by_host}'s own {login}: "
+                    "worker_id and worker_host are what a worker wrote, the login is what the "
+                    "database established")
     if row.fallback and not expect.allow_fallback:
         return f"task {row.id} done with fallback: summarisation failed on {_where(row)}"
     if expect.answered_model and (
@@ -336,6 +356,20 @@ def judge_final(row: TaskRow, expect: Expectation) -> str | None:
         return (f"task {row.id} done on {_where(row)} by {answered}, expected model "
                 f"{expect.answered_model}")
     return None
+
+
+def identity_warning(row: TaskRow, expect: Expectation) -> str | None:
+    """What a done row cannot prove about its host, or ``None``: a task claimed by a login
+    that is no worker host's own (the workers share the Coordinator's login when the
+    postgresql_access role has no worker key) says nothing of which host took it."""
+    if not expect.claimed_by_host or row.claimed_by_worker_login:
+        return None
+    who = f"login {row.claimed_by}" if row.claimed_by else "a login the database did not record"
+    return (f"task {row.id} was claimed by {who}, no worker host's own (without "
+            "postgresql_access_worker_password_key every worker host logs in as the "
+            "Coordinator's login): the database cannot tell hosts apart, so that "
+            f"{expect.claimed_by_host} did the work rests on the worker's own word "
+            f"(worker_host {row.worker_host or 'none'})")
 
 
 def describe_timeout(row: TaskRow, waited_seconds: float) -> str:
@@ -376,6 +410,7 @@ def result_fields(row: TaskRow) -> dict[str, Any]:
         "worker_host": row.worker_host,
         "fallback": row.fallback,
         "answered_model": row.answered_model,
+        "claimed_by": row.claimed_by,
         "answer": row.result,
         "error": row.error,
         "seconds": seconds,

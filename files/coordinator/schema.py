@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
-from coordinator_contract import WORKER_DB_GROUP
+from coordinator_contract import WORKER_DB_GROUP, WORKER_GRANTS_DDL, WORKER_GRANTS_TABLE
 from psycopg import sql
 
 log = logging.getLogger("coordinator.schema")
@@ -268,6 +268,73 @@ CREATE INDEX tasks_active_idx ON tasks (status, queue, id)
     WHERE status IN ('queued', 'running');
 """
 
+# Each worker login is held to its host's grant (coordinator_contract WORKER_GRANTS_DDL, rows
+# written by the postgresql_access role from the records each worker host publishes, as its
+# Redis user is): it may take only tasks of its host's queues, naming only its host's workers
+# and WORKER_HOST, or else the row would say another host did the work. A login without a row
+# may write nothing. The login is session_user, the role that authenticated: a worker login
+# can SET ROLE to the workers' group, which has no grant. Every claim records its login in
+# claimed_by, a worker's or not (the Coordinator's own, which the workers share when there
+# is no worker key), so that column never names an earlier claim's login.
+_V7 = f"""
+{WORKER_GRANTS_DDL};
+COMMENT ON TABLE {WORKER_GRANTS_TABLE} IS
+    'what each worker host''s login may write (the postgresql_access role writes the rows): '
+    'tasks of its queues only, naming only its worker_ids and worker_hosts';
+GRANT SELECT ON {WORKER_GRANTS_TABLE} TO {WORKER_DB_GROUP};
+
+CREATE OR REPLACE FUNCTION coordinator_worker_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    me name := session_user;
+    granted {WORKER_GRANTS_TABLE};
+BEGIN
+    IF OLD.status = 'queued' AND NEW.status = 'running' THEN
+        NEW.claimed_by := me;
+    END IF;
+    IF NOT pg_has_role(me, '{WORKER_DB_GROUP}', 'MEMBER')
+       OR (SELECT rolsuper FROM pg_roles WHERE rolname = me) THEN
+        RETURN NEW;
+    END IF;
+    IF NOT (OLD.status = 'queued' AND NEW.status = 'running')
+       AND (OLD.status <> 'running' OR OLD.claimed_by IS DISTINCT FROM me) THEN
+        RAISE EXCEPTION 'permission denied: task % is % and claimed by %; % may only claim '
+            'a queued task or write its own claim', OLD.id, OLD.status,
+            coalesce(OLD.claimed_by::text, 'nobody'), me
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT * INTO granted FROM {WORKER_GRANTS_TABLE} g WHERE g.login = me;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'permission denied: % has no grant, so it may take no task (task % '
+            'on queue %): run site.yml, which grants each worker host its workers'' queues',
+            me, OLD.id, coalesce(OLD.queue, 'none')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF OLD.queue IS NULL OR NOT OLD.queue = ANY(granted.queues) THEN
+        RAISE EXCEPTION 'permission denied: % may not take task % from queue %: host % serves '
+            '%', me, OLD.id, coalesce(OLD.queue, 'none'), granted.host,
+            coalesce(nullif(array_to_string(granted.queues, ', '), ''), 'no queue')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.worker_id IS NULL OR NOT NEW.worker_id = ANY(granted.worker_ids) THEN
+        RAISE EXCEPTION 'permission denied: % may not write task % (queue %) as worker %: '
+            'host % runs %', me, OLD.id, OLD.queue, coalesce(NEW.worker_id, 'none'),
+            granted.host, coalesce(nullif(array_to_string(granted.worker_ids, ', '), ''),
+                                   'no worker')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.worker_host IS NULL OR NOT NEW.worker_host = ANY(granted.worker_hosts) THEN
+        RAISE EXCEPTION 'permission denied: % may not write task % (queue %) as host %: '
+            'host %''s workers are %', me, OLD.id, OLD.queue,
+            coalesce(NEW.worker_host, 'none'), granted.host,
+            coalesce(nullif(array_to_string(granted.worker_hosts, ', '), ''), 'none')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
@@ -276,6 +343,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (4, "drain, task_transitions (the timeline), audit", _V4),
     (5, "worker privileges: coordinator_workers, tasks.claimed_by and its guard", _V5),
     (6, "tasks_active_idx keyed by (status, queue, id): claims spread over the index", _V6),
+    (7, "worker_grants: a worker login takes only its host's queues, as its host's workers",
+     _V7),
 ]
 
 #: What the Coordinator's own login may do, granted at every start by the schema's owner

@@ -8,10 +8,12 @@ steps, all at -vvv, the most Ansible ever prints (module arguments, loop items, 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets as random_secrets
 import subprocess
+import uuid
 from urllib.parse import urlsplit
 
 import coordinator_contract as contract
@@ -34,6 +36,16 @@ REDIS_LOGIN = ("import sys, redis\nuser, password, host, ca = sys.stdin.read().s
                "try:\n    redis.Redis(host=host, username=user, password=password,\n"
                "                socket_timeout=5, **tls).ping(); print('ok')\n"
                "except redis.RedisError as e:\n    print(e)\n")
+
+
+# Runs one statement with the DSN, SQL and parameters given as JSON on standard input;
+# prints "claimed", "not claimed" or PostgreSQL's first error line.
+CLAIM = ("import json, sys, psycopg2\nargs = json.load(sys.stdin)\n"
+         "try:\n    conn = psycopg2.connect(args['dsn'], connect_timeout=5)\n"
+         "    with conn, conn.cursor() as cur:\n"
+         "        cur.execute(args['sql'], args['params'])\n"
+         "        print('claimed' if cur.rowcount == 1 else 'not claimed')\n"
+         "except psycopg2.Error as e:\n    print(str(e).strip().splitlines()[0])\n")
 
 
 def redis_login_from(node, user: str, password: str, host: str, ca_file: str = "") -> str:
@@ -92,6 +104,54 @@ def test_postgresql_takes_workers_only_over_tls_with_the_cluster_cas_certificate
     assert login_from(node, none) == (
         f'connection to server at "{address}", port 5432 failed: root certificate file '
         '"/tmp/no-such-ca.crt" does not exist')
+
+
+def test_a_worker_hosts_own_login_cannot_take_or_sign_for_another_hosts_task(cluster) -> None:
+    """A compromised worker host (docs/threat-model.md, B) with its own credentials, its env
+    file's PG_DSN: its login may not claim a task queued for another host's worker, nor claim
+    a task of its own queue naming another host's worker, so no row can say another host did
+    the work. The database refuses, naming the login, the task and the queue, and the tasks
+    stay queued for their own workers."""
+    web_host = cluster.web_host()
+    node, core = cluster.nodes[web_host], cluster.nodes["lab-ai-core"]
+    dsn = env_value(node.worker_env(), "PG_DSN")
+    login = contract.worker_db_role(web_host)
+    victim = core.worker_env("inference-worker")
+    victim_id = env_value(victim, "WORKER_ID")
+    victim_queue = contract.inference_queue(env_value(victim, "WORKER_DEVICE"), victim_id)
+    theirs, ours = str(uuid.uuid4()), str(uuid.uuid4())
+
+    def psql(sql: str) -> str:
+        return core.sh("psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d",
+                       "coordinator", "-c", sql, user="postgres", check=True).stdout.strip()
+
+    def claim(task_id: str, queue: str) -> str:
+        params = {"id": task_id, "claim": str(uuid.uuid4()), "worker_id": victim_id,
+                  "host": core.address, "queues": [queue]}
+        return node.sh(f"{node.worker_base_dir}/venv/bin/python", "-c", CLAIM, check=True,
+                       input_text=json.dumps({"dsn": dsn, "sql": contract.CLAIM_SQL,
+                                              "params": params})).stdout.strip()
+
+    # Queued with no id in Redis, dispatched "in an hour" so that the Reaper, which re-pushes
+    # queued tasks dispatched longer than COORDINATOR_REPUSH_GRACE ago, leaves them be.
+    psql("INSERT INTO tasks (id, task_type, prompt, queue, worker, dispatched_at) VALUES "
+         f"('{theirs}', 'chat', 'not yours', '{victim_queue}', '{victim_id}', "
+         "clock_timestamp() + interval '1 hour'), "
+         f"('{ours}', 'web_search', 'yours', '{contract.WEB_QUEUE}', "
+         f"'{contract.DEFAULT_WORKER}', clock_timestamp() + interval '1 hour')")
+    try:
+        assert claim(theirs, victim_queue).startswith(
+            f"permission denied: {login} may not take task {theirs} from queue {victim_queue}: "
+            f"host {web_host} serves ")
+        assert claim(ours, contract.WEB_QUEUE).startswith(
+            f"permission denied: {login} may not write task {ours} (queue {contract.WEB_QUEUE}) "
+            f"as worker {victim_id}: host {web_host} runs ")
+        assert psql("SELECT string_agg(status || ' ' || coalesce(claimed_by, 'nobody'), ', ')"
+                    f" FROM tasks WHERE id IN ('{theirs}', '{ours}')") == (
+            "queued nobody, queued nobody")
+    finally:
+        psql(f"DELETE FROM task_transitions WHERE task_id IN ('{theirs}', '{ours}'); "
+             f"DELETE FROM tasks WHERE id IN ('{theirs}', '{ours}')")
 
 
 def test_redis_serves_only_tls_with_the_cluster_cas_certificate(cluster) -> None:

@@ -30,11 +30,16 @@ def done_row(**changes: object) -> probe.TaskRow:
         created_at=T0,
         started_at=T0 + timedelta(seconds=0.25),
         finished_at=T0 + timedelta(seconds=4.125),
+        claimed_by="worker_macbookair",
+        claimed_by_worker_login=True,
     )
     return replace(row, **changes)
 
 
 STRICT = probe.Expectation(worker_host="macbookair", allow_fallback=False)
+# The host as the database knows it: its own login must have claimed the task.
+PROVEN = probe.Expectation(worker_host="macbookair", allow_fallback=False,
+                           claimed_by_host="macbookair")
 
 
 # -- route request ---------------------------------------------------------------------------
@@ -342,6 +347,44 @@ def test_wrong_host_is_reported_before_fallback():
     assert probe.judge_final(row, STRICT) == f"task {TID} done on ai-core, expected macbookair"
 
 
+def test_claimed_by_the_expected_hosts_own_login_is_ok_and_warns_nothing():
+    assert probe.judge_final(done_row(), PROVEN) is None
+    assert probe.identity_warning(done_row(), PROVEN) is None
+    # The login follows the host's inventory name as the database side names it.
+    expect = replace(PROVEN, worker_host=None, claimed_by_host="Mac-Book.lan")
+    assert probe.judge_final(done_row(claimed_by="worker_mac_book_lan"), expect) is None
+
+
+def test_a_row_naming_the_expected_host_but_claimed_by_another_hosts_login_fails():
+    # What a compromised host's login would leave: the worker columns say macbookair.
+    forged = done_row(claimed_by="worker_ai_core")
+    assert probe.judge_final(forged, STRICT) is None  # the worker's own word alone passes
+    assert probe.judge_final(forged, PROVEN) == (
+        f"task {TID} is done, and the row claims host macbookair but was claimed by login "
+        "worker_ai_core, not macbookair's own worker_macbookair: worker_id and worker_host "
+        "are what a worker wrote, the login is what the database established")
+
+
+def test_a_wrong_host_in_the_row_is_named_before_the_login():
+    row = done_row(worker_host="ai-core", claimed_by="worker_ai_core")
+    assert probe.judge_final(row, PROVEN) == f"task {TID} done on ai-core, expected macbookair"
+
+
+def test_a_login_shared_by_every_host_passes_with_a_warning_that_it_proves_no_host():
+    shared = done_row(claimed_by="coordinator", claimed_by_worker_login=False)
+    assert probe.judge_final(shared, PROVEN) is None
+    assert probe.identity_warning(shared, PROVEN) == (
+        f"task {TID} was claimed by login coordinator, no worker host's own (without "
+        "postgresql_access_worker_password_key every worker host logs in as the Coordinator's "
+        "login): the database cannot tell hosts apart, so that macbookair did the work rests "
+        "on the worker's own word (worker_host macbookair)")
+    unrecorded = done_row(claimed_by=None, claimed_by_worker_login=False)
+    assert probe.identity_warning(unrecorded, PROVEN).startswith(
+        f"task {TID} was claimed by a login the database did not record, no worker host's own")
+    # Nothing to warn of when no host's login was asked for.
+    assert probe.identity_warning(shared, STRICT) is None
+
+
 def test_failed_task():
     row = done_row(status="failed", result=None, error="SearXNG at http://127.0.0.1:8888 timed out")
     assert probe.judge_final(row, STRICT) == (
@@ -408,7 +451,8 @@ def test_result_fields():
     assert fields == {
         "task_id": TID, "task_type": "web_search", "status": "done", "queue": "tasks:web",
         "worker": "web-worker", "worker_id": "web-worker-macbookair", "worker_host": "macbookair",
-        "fallback": False, "answered_model": None, "answer": "Sunny, 14 degrees", "error": None,
+        "fallback": False, "answered_model": None, "claimed_by": "worker_macbookair",
+        "answer": "Sunny, 14 degrees", "error": None,
         "seconds": 4.125, "start_delay_seconds": 0.25,
         "created_at": "2026-11-30T03:00:00+00:00",
         "started_at": "2026-11-30T03:00:00.250000+00:00",

@@ -108,6 +108,25 @@ def test_done_on_the_old_host(coordinator, tasks_db, sql_worker, tmp_path):
     assert run.result["changed"] is False
 
 
+def test_a_claim_by_a_login_every_host_shares_passes_with_a_warning(coordinator, tasks_db,
+                                                                    sql_worker, tmp_path):
+    # SqlWorker claims as the Coordinator's own login, as workers do without a worker key:
+    # the database cannot say which host took the task, and the module says so.
+    prompt = unique_prompt("shared login")
+    task_id, run = route_and_work(
+        tmp_path, sql_worker, probe_args(coordinator, tasks_db, prompt, worker_host="macbookair",
+                                         claimed_by_host="macbookair"),
+        answer(sql_worker, "macbookair", result="Sunny"),
+    )
+    assert run.rc == 0, run.stdout + run.stderr
+    assert run.result["claimed_by"] == "coordinator"
+    assert run.result["warnings"] == [
+        f"task {task_id} was claimed by login coordinator, no worker host's own (without "
+        "postgresql_access_worker_password_key every worker host logs in as the Coordinator's "
+        "login): the database cannot tell hosts apart, so that macbookair did the work rests "
+        "on the worker's own word (worker_host macbookair)"]
+
+
 def test_fallback_refused_by_default(coordinator, tasks_db, sql_worker, tmp_path):
     prompt = unique_prompt("fallback refused")
     task_id, run = route_and_work(

@@ -619,37 +619,71 @@ def test_with_the_cluster_ca_the_workers_verify_the_coordinators_https():
     assert "COORDINATOR_CA_FILE" not in plain["envs"]["web-worker"]
 
 
-def status(*records: tuple[str, str, str, list[str]]) -> dict:
-    return {"worker_status": [{"kind": kind, "worker_id": wid, "state": state, "queues": queues}
+def status(address: str, *records: tuple[str, str, str, list[str]]) -> dict:
+    return {"worker_status": [{"kind": kind, "worker_id": wid, "state": state, "queues": queues,
+                               "host": address}
                               for kind, wid, state, queues in records]}
 
 
+GRANT_HOSTVARS = {
+    "core": status("192.168.0.40", ("inference", "core", "present", ["tasks:cpu:core"]),
+                   ("web", "web-worker-core", "absent", ["tasks:web"])),
+    "air": status("192.168.0.43", ("inference", "air", "present", ["tasks:cpu:air"]),
+                  ("web", "web-worker-air", "present", ["tasks:web"])),
+    "gone": status("192.168.0.44", ("web", "web-worker-gone", "absent", ["tasks:web"])),
+}
+GRANT_GROUPS = {"inference_workers": ["core", "air"], "web_workers": ["air"]}
+pg_filters = pg_role.FilterModule().filters()
+
+
 def test_redis_grants_follow_the_groups_and_each_hosts_present_workers():
-    hostvars = {
-        "core": status(("inference", "core", "present", ["tasks:cpu:core"]),
-                       ("web", "web-worker-core", "absent", ["tasks:web"])),
-        "air": status(("inference", "air", "present", ["tasks:cpu:air"]),
-                      ("web", "web-worker-air", "present", ["tasks:web"])),
-        "gone": status(("web", "web-worker-gone", "absent", ["tasks:web"])),
-    }
-    groups = {"inference_workers": ["core", "air"], "web_workers": ["air"]}
-    grants = redis_role.redis_worker_grants(groups, hostvars, ["web_workers", "inference_workers"])
+    grants = redis_role.redis_worker_grants(GRANT_GROUPS, GRANT_HOSTVARS,
+                                            ["web_workers", "inference_workers"])
     assert grants == [
         {"host": "air", "queues": ["tasks:cpu:air", "tasks:web"],
-         "worker_ids": ["air", "web-worker-air"]},
-        {"host": "core", "queues": ["tasks:cpu:core"], "worker_ids": ["core"]},
+         "worker_ids": ["air", "web-worker-air"], "worker_hosts": ["192.168.0.43"]},
+        {"host": "core", "queues": ["tasks:cpu:core"], "worker_ids": ["core"],
+         "worker_hosts": ["192.168.0.40"]},
     ]
     # A web worker being moved away keeps its queue until it is stopped.
-    kept = redis_role.redis_worker_grants(groups, hostvars, ["web_workers"], ["core"])
+    kept = redis_role.redis_worker_grants(GRANT_GROUPS, GRANT_HOSTVARS, ["web_workers"], ["core"])
     assert kept[1] == {"host": "core", "queues": ["tasks:cpu:core", "tasks:web"],
-                       "worker_ids": ["core", "web-worker-core"]}
+                       "worker_ids": ["core", "web-worker-core"],
+                       "worker_hosts": ["192.168.0.40"]}
     # A group missing from the inventory is no host.
-    assert redis_role.redis_worker_grants(groups, hostvars, ["rag_workers"]) == []
+    assert redis_role.redis_worker_grants(GRANT_GROUPS, GRANT_HOSTVARS, ["rag_workers"]) == []
 
 
 def test_redis_grants_need_the_worker_records():
-    with pytest.raises(redis_role.RedisAclError, match="air published no worker records"):
+    with pytest.raises(ValueError) as caught:
         redis_role.redis_worker_grants({"web_workers": ["air"]}, {"air": {}}, ["web_workers"])
+    assert str(caught.value) == (
+        "air published no worker records (worker_status): run the worker role's `tasks_from: "
+        "status` on every worker host before the redis and postgresql_access roles (site.yml "
+        "and migrate-web.yml do), or set their grants (redis_workers, "
+        "postgresql_access_workers)")
+
+
+def test_postgresql_grants_are_the_redis_grants_under_each_hosts_own_login():
+    # One derivation: the two roles' filters are the contract's (each loads its own copy).
+    for derive in (pg_filters["worker_grants"],
+                   redis_role.FilterModule().filters()["redis_worker_grants"]):
+        assert derive.__code__.co_filename == contract.worker_grants.__code__.co_filename
+        assert derive.__qualname__ == "worker_grants"
+    grants = pg_filters["worker_grants"](GRANT_GROUPS, GRANT_HOSTVARS,
+                                         ["web_workers", "inference_workers"], ["core"])
+    # Only hosts that get a login get a row (none without the worker key).
+    assert pg_filters["worker_db_grants"](grants, ["air", "core"]) == [
+        {"login": "worker_air", "host": "air", "worker_hosts": ["192.168.0.43"],
+         "queues": ["tasks:cpu:air", "tasks:web"], "worker_ids": ["air", "web-worker-air"]},
+        {"login": "worker_core", "host": "core", "worker_hosts": ["192.168.0.40"],
+         "queues": ["tasks:cpu:core", "tasks:web"], "worker_ids": ["core", "web-worker-core"]},
+    ]
+    assert pg_filters["worker_db_grants"](grants, ["air"])[0]["login"] == "worker_air"
+    assert pg_filters["worker_db_grants"](grants, []) == []
+    statements = pg_filters["worker_grants_sql"]()
+    assert statements["create"] == contract.WORKER_GRANTS_DDL
+    assert statements["write"] == contract.WORKER_GRANTS_WRITE_SQL
 
 
 def test_redis_acl_lines_disable_default_and_refuse_what_cannot_be_written():

@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the postgresql_access role: the worker hosts' addresses for pg_hba.conf, and
-their own logins."""
+"""Filters of the postgresql_access role: the worker hosts' addresses for pg_hba.conf, their
+own logins, and what each login may write (its grant, the same derivation as the host's Redis
+user: the shared contract's ``worker_grants``)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,27 @@ def worker_db_logins(hosts: Iterable[str], key: str) -> list[dict[str, str]]:
              "password": contract.worker_db_password(key, host)} for host in hosts]
 
 
+def worker_db_grants(grants: Iterable[Mapping[str, Any]],
+                     hosts: Iterable[str]) -> list[dict[str, Any]]:
+    """The rows of the grants table (coordinator_contract WORKER_GRANTS_DDL) for the hosts
+    that get a login: each grant of ``grants`` ({host, queues, worker_ids, worker_hosts},
+    filter ``worker_grants``) under its host's login."""
+    wanted = set(hosts)
+    return [{"login": contract.worker_db_role(grant["host"]), "host": grant["host"],
+             "worker_hosts": list(grant.get("worker_hosts") or ()),
+             "queues": list(grant.get("queues") or ()),
+             "worker_ids": list(grant.get("worker_ids") or ())}
+            for grant in grants if grant["host"] in wanted]
+
+
+def worker_grants_sql(_: Any = None) -> dict[str, str]:
+    """The statements of the grants table: ``missing`` (whether it is yet to be made),
+    ``create`` and ``write`` (its rows made exactly the JSON ``%(grants)s``, answering
+    ``changes``)."""
+    return {"missing": f"SELECT to_regclass('{contract.WORKER_GRANTS_TABLE}') IS NULL AS missing",
+            "create": contract.WORKER_GRANTS_DDL, "write": contract.WORKER_GRANTS_WRITE_SQL}
+
+
 def worker_db_group(_: Any = None) -> str:
     """The group role every worker login is a member of, which the schema grants to."""
     return contract.WORKER_DB_GROUP
@@ -63,4 +85,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"hba_address": hba_address, "hba_addresses": hba_addresses,
                 "worker_db_logins": worker_db_logins, "worker_db_group": worker_db_group,
-                "worker_db_role": contract.worker_db_role}
+                "worker_db_role": contract.worker_db_role,
+                "worker_grants": contract.worker_grants, "worker_db_grants": worker_db_grants,
+                "worker_grants_sql": worker_grants_sql}

@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of the redis role: the Redis ACL users, derived from the inventory.
 
-``redis_worker_grants`` reads the worker records each worker host published (the worker
-role's ``tasks_from: status``, which site.yml and migrate-web.yml run on every host first) and
-makes one grant per worker host: the queues of its workers and their processing lists.
+``redis_worker_grants`` is the shared contract's ``worker_grants``: from the worker records
+each worker host published (the worker role's ``tasks_from: status``, which site.yml and
+migrate-web.yml run on every host first), one grant per worker host, the queues of its workers
+and their ids; the postgresql_access role grants the same in PostgreSQL.
 ``redis_acl_lines`` turns the grants into the lines of the ACL file (templates/users.acl.j2):
 ``default`` off, the role's admin user, the Coordinator's user and one user per worker host,
 each with a SHA-256 of its password only. Names, passwords and the commands each program
@@ -49,31 +50,9 @@ def key_pattern(key: str, read_only: bool = False) -> str:
     return ("%R~" if read_only else "~") + _GLOB.sub(r"\\\1", _token(key, "key"))
 
 
-def redis_worker_grants(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any],
-                        worker_groups: Iterable[str],
-                        keep_hosts: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """One grant per host of ``worker_groups``: {host, user, queues, processing}, sorted by
-    host, from the ``worker_status`` records it published. Workers declared absent get
-    nothing, except on ``keep_hosts`` (a web worker being moved away keeps its queue until
-    it is stopped; those hosts are granted even outside the groups)."""
-    keep = list(keep_hosts or ())
-    hosts = sorted({h for g in worker_groups for h in groups.get(g) or ()} | set(keep))
-    grants = []
-    for host in hosts:
-        records = hostvars[host].get("worker_status")
-        if records is None:
-            raise RedisAclError(
-                f"{host} published no worker records (worker_status): run the worker role's "
-                "`tasks_from: status` on every worker host before the redis role (site.yml "
-                "and migrate-web.yml do), or set redis_workers")
-        kept = [r for r in records
-                if host in keep or (r.get("state") or "present") == "present"]
-        grants.append({
-            "host": host,
-            "queues": sorted({q for r in kept for q in r.get("queues") or ()}),
-            "worker_ids": sorted({r["worker_id"] for r in kept}),
-        })
-    return grants
+#: One grant per worker host, {host, queues, worker_ids, worker_hosts}: the derivation the
+#: postgresql_access role's grants share.
+redis_worker_grants = contract.worker_grants
 
 
 def _sha(password: str) -> str:
