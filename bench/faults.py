@@ -158,7 +158,8 @@ class Run:
         self.kills: list[Kill] = []
         self.timers: list[threading.Timer] = []  # the ends of the stand-in outages
         self.report = Report()
-        self.searxng = standin("lab.standins.searxng", logdir, latency=0.05)
+        self.searxng = standin("lab.standins.searxng", logdir, latency=0.05,
+                               json_enabled=True)
         self.ollama = standin("lab.standins.ollama", logdir, latency=0.15, models=[MODEL],
                               fail_generate_only=True)
         self.coordinator = coordinator(pg, rds, logdir, opts.ttl, web_deadline=4 * opts.ttl)

@@ -4,7 +4,9 @@
 It takes task ids from the shared Redis queue `tasks:web`, searches SearXNG (JSON API),
 has a small model on Ollama summarise the results, and writes the answer to the `tasks`
 table in PostgreSQL. When the summary fails the answer is the search results themselves
-with a note (the v2.1 fallback); when the search fails the task is `failed` with the reason.
+with a note (the v2.1 fallback); when SearXNG's engines failed and found nothing the answer
+says which and why, flagged as a fallback too; when the search fails the task is `failed`
+with the reason.
 Everything else (checks, lock, heartbeat, reliable take, guarded writes, --check) is
 worker_base.py, which the worker role ships beside it. Configuration: docs/workers.md.
 """
@@ -25,6 +27,16 @@ KIND = "web"
 # The task types routed to web workers (web_search), and the queue they share.
 TASK_TYPES = tuple(t for t, (kind, _) in contract.ROUTES.items() if kind == KIND)
 SEARCH_RESULTS_USED = 5
+# Headers SearXNG's bot detection (searx/botdetection, run when its limiter is on) lets
+# through: it answers 429 to a User-Agent it takes for a script (python-requests, curl, ...),
+# to an Accept without text/html, an Accept-Encoding without gzip or deflate, and a missing
+# Accept-Language. "*" states no language preference, as no header would.
+SEARCH_HEADERS = {
+    "User-Agent": f"worker_web/{VERSION}",
+    "Accept": "application/json, text/html;q=0.1",
+    "Accept-Encoding": "gzip, deflate",
+    "Accept-Language": "*",
+}
 
 
 class SearchError(Exception):
@@ -33,6 +45,20 @@ class SearchError(Exception):
 
 class SummaryError(Exception):
     """Ollama did not give a summary; the task falls back to the search results."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a search found: the results used, and the engines that did not answer, each as
+    ``engine (SearXNG's reason)``."""
+    results: list[dict[str, Any]]
+    failed_engines: list[str]
+
+    def failures_note(self) -> str:
+        """The line an answer ends with when some engines failed ("" when none did)."""
+        if not self.failed_engines:
+            return ""
+        return f"\n\n(SearXNG: these engines did not answer: {', '.join(self.failed_engines)})"
 
 
 @dataclass(frozen=True)
@@ -76,41 +102,63 @@ class WebWorker(base.OllamaWorker):
             return base.Outcome("failed", error=f"{self.program} answers {', '.join(TASK_TYPES)} "
                                            f"tasks only, not {task.task_type}")
         try:
-            results = self.search(task.prompt)
+            found = self.search(task.prompt)
         except SearchError as error:
             return base.Outcome("failed", error=str(error))
-        if not results:
+        if not found.results and found.failed_engines:
+            # Not an answer: the engines failed (timeouts, CAPTCHAs, rate limits), flagged
+            # like any answer that is not the summary.
+            return base.Outcome("done", fallback=True, result=(
+                "No search results: SearXNG's engines did not answer: "
+                f"{', '.join(found.failed_engines)}"))
+        if not found.results:
             return base.Outcome("done", result=f"SearXNG found nothing for: {task.prompt}")
+        note = found.failures_note()
         try:
-            return base.Outcome("done", result=self.summarise(task.prompt, results),
+            return base.Outcome("done", result=self.summarise(task.prompt, found.results) + note,
                                 answered_model=self.cfg.ollama_model)
         except SummaryError as error:
-            return base.Outcome("done", result=fallback_answer(str(error), results), fallback=True)
+            return base.Outcome("done", result=fallback_answer(str(error), found.results) + note,
+                                fallback=True)
 
-    def search(self, query: str) -> list[dict[str, Any]]:
+    def search(self, query: str) -> Found:
         url = self.cfg.searxng_url
         try:
-            response = requests.get(f"{url}/search", params={"q": query, "format": "json"},
-                                    timeout=self.cfg.searxng_timeout)
+            # POST: the query travels in the body, where no limit on a URL's length (uWSGI's
+            # buffer-size, nginx's header buffers: 8 KiB; a Japanese character is 9 bytes
+            # percent-encoded) cuts a long prompt. SearXNG's redirects are never followed:
+            # an external bang sends the client to a third-party site.
+            response = requests.post(f"{url}/search", data={"q": query, "format": "json"},
+                                     headers=SEARCH_HEADERS, timeout=self.cfg.searxng_timeout,
+                                     allow_redirects=False)
         except requests.Timeout:
             raise SearchError(f"SearXNG at {url} did not answer within "
                               f"{self.cfg.searxng_timeout:g}s") from None
         except requests.RequestException as error:
             raise SearchError(f"SearXNG at {url} is not reachable ({base.one_line(error)}); "
                               "check SEARXNG_URL") from None
+        if response.is_redirect:
+            raise SearchError(redirect_error(url, query, response))
         if response.status_code == 403:
             raise SearchError(f"SearXNG at {url} answered 403 to format=json: its JSON API is "
                               "disabled; add json to search.formats in its settings.yml and "
                               "restart it")
+        if response.status_code == 429:
+            raise SearchError(f"SearXNG at {url} answered 429 Too Many Requests: its limiter "
+                              "turned this worker away; set server.limiter (and "
+                              "server.public_instance) to false in its settings.yml, or add "
+                              "this host to pass_ip in its limiter.toml, and restart it")
         if response.status_code != 200:
             raise SearchError(f"SearXNG at {url} answered HTTP {response.status_code}")
         try:
-            results = response.json()["results"]
+            answer = response.json()
+            results = answer["results"]
         except (ValueError, KeyError, TypeError):
             results = None
         if not isinstance(results, list):
             raise SearchError(f"SearXNG at {url} did not answer JSON with results")
-        return [item for item in results if isinstance(item, dict)][:SEARCH_RESULTS_USED]
+        return Found([item for item in results if isinstance(item, dict)][:SEARCH_RESULTS_USED],
+                     failed_engines(answer.get("unresponsive_engines")))
 
     def summarise(self, question: str, results: list[dict[str, Any]]) -> str:
         """Ollama's summary of ``results``; SummaryError (the task falls back) otherwise."""
@@ -126,6 +174,23 @@ class WebWorker(base.OllamaWorker):
         if not summary:
             raise SummaryError(f"Ollama at {self.cfg.ollama_host} gave an empty summary")
         return summary
+
+
+def failed_engines(unresponsive: object) -> list[str]:
+    """SearXNG's ``unresponsive_engines`` ([engine, reason] pairs) as ``engine (reason)``."""
+    pairs = unresponsive if isinstance(unresponsive, list) else []
+    return [f"{pair[0]} ({pair[1]})" for pair in pairs
+            if isinstance(pair, list) and len(pair) == 2]
+
+
+def redirect_error(url: str, query: str, response: requests.Response) -> str:
+    said = (f"SearXNG at {url} answered {response.status_code} with a redirect to "
+            f"{response.headers['Location']} (not followed)")
+    if any(word.startswith("!!") and len(word) > 2 for word in query.split()):
+        return (f"{said}: a word of the query starting with !! is an external bang, which "
+                "SearXNG answers by sending the client to that search site instead of "
+                "searching; leave it out of the prompt")
+    return f"{said}; check SEARXNG_URL"
 
 
 def summary_prompt(question: str, results: list[dict[str, Any]]) -> str:

@@ -106,7 +106,9 @@ class TaskView(BaseModel):
     task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
     status: Literal["queued", "running", "done", "failed"]
     result: str | None
-    fallback: bool = Field(description="the answer is the raw search results")
+    fallback: bool = Field(description="the answer is not the model's: the raw search "
+                           "results (summarisation failed), or why there are none (SearXNG's "
+                           "engines failed)")
     worker: str
     worker_id: str | None
     worker_host: str | None

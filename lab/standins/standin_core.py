@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 CONTROL_PATH = "/_standin/config"
 READ_ONLY_KEYS = ("standin", "requests")
@@ -63,6 +63,17 @@ def as_bool(value: object) -> bool:
     if isinstance(value, str) and value.strip().lower() in OFF_WORDS:
         return False
     raise BadSetting(f"expected true or false, got {value!r}")
+
+
+def json_object(value: object) -> object:
+    """A setting given as JSON text (a flag, a variable) parsed, "" as {}, None for text that
+    is no JSON; any other value as it is. The caller checks it is the object it wants."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value) if value.strip() else {}
+    except ValueError:
+        return None
 
 
 def as_fail(modes: Sequence[str]) -> Callable[[object], str | None]:
@@ -236,6 +247,8 @@ class StandinHandler(BaseHTTPRequestHandler):
         if url.path == CONTROL_PATH:
             self.control()
             return
+        if self.turned_away(url):
+            return
         methods = self.routes.get(url.path)
         if methods is None:
             self.read_body()
@@ -251,6 +264,11 @@ class StandinHandler(BaseHTTPRequestHandler):
 
     # Every method goes to the one router: it answers 404 or 405 as the real server does.
     do_GET = do_HEAD = do_POST = do_DELETE = do_PUT = do_PATCH = dispatch
+
+    def turned_away(self, url: SplitResult) -> bool:
+        """Whether the server refused the request before routing it (then it has answered);
+        e.g. SearXNG's limiter."""
+        return False
 
     def not_found(self) -> None:
         raise NotImplementedError

@@ -48,7 +48,8 @@ def web_worker(
     """worker_web.py in a folder with what the worker role ships beside it, with the post's
     env."""
     workdir = tmp_path_factory.mktemp("web-worker")
-    searxng = Standin("lab.standins.searxng", workdir / "searxng.log").start()
+    searxng = Standin("lab.standins.searxng", workdir / "searxng.log",
+                      "--json-enabled").start()
     ship_worker_programs(workdir)
     env = {
         "PATH": os.environ["PATH"],

@@ -43,7 +43,9 @@ def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_WAIT,
 
 @pytest.fixture(scope="session")
 def searxng(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    with Standin("lab.standins.searxng", tmp_path_factory.mktemp("s") / "searxng.log") as up:
+    # JSON enabled, as the cluster's SearXNG has it (SearXNG's default settings.yml has not).
+    with Standin("lab.standins.searxng", tmp_path_factory.mktemp("s") / "searxng.log",
+                 "--json-enabled") as up:
         yield up
 
 
@@ -141,7 +143,7 @@ def reset_standins(request: pytest.FixtureRequest) -> None:
     """Every test starts from well-behaved stand-ins (only those it uses)."""
     if "searxng" in request.fixturenames:
         request.getfixturevalue("searxng").config(latency=0, fail=None, json_enabled=True,
-                                                  results=5)
+                                                  results=5, unresponsive={}, limiter=False)
     if "ollama" in request.fixturenames:
         request.getfixturevalue("ollama").config(latency=0, fail=None, models=[MODEL],
                                                  fail_generate_only=False)

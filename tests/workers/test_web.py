@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote_plus
 
 import coordinator_contract as contract
 import psycopg2
@@ -12,6 +15,7 @@ import pytest
 import requests
 import worker_web
 
+from coordinator.config import Config
 from lab.processes import CoordinatorProcess
 from lab.throwaway import free_port
 from tests.conftest import create_schema
@@ -36,10 +40,14 @@ def line_index(lines: list[str], text: str) -> int:
     return next(i for i, line in enumerate(lines) if line.startswith(f"INFO {text}"))
 
 
+def search_results(searxng, query: str) -> list[dict]:
+    response = requests.post(f"{searxng.url}/search", data={"q": query, "format": "json"},
+                             timeout=5)
+    return response.json()["results"]
+
+
 def first_search_result(searxng, query: str) -> dict:
-    response = requests.get(f"{searxng.url}/search", params={"q": query, "format": "json"},
-                            timeout=5)
-    return response.json()["results"][0]
+    return search_results(searxng, query)[0]
 
 
 # --- the happy path ------------------------------------------------------------------------
@@ -124,19 +132,27 @@ def test_summary_failure_falls_back_to_the_search_results(how, web_env, start_wo
         f"1. {first['title']} <{first['url']}>\n   {first['content']}\n2. ")
 
 
-@pytest.mark.parametrize("how", ["json_disabled", "error"])
+@pytest.mark.parametrize("how", ["json_disabled", "error", "external_bang"])
 def test_search_failure_fails_the_task_with_the_reason(how, web_env, start_worker, coordinator,
                                                       tasks, searxng, rds):
     worker = start_worker(web_env)
     worker.wait_for(WAITING)
+    prompt = TOKYO
     if how == "json_disabled":
         searxng.config(json_enabled=False)
         expected = (f"SearXNG at {searxng.url} answered 403 to format=json: its JSON API is "
                     "disabled; add json to search.formats in its settings.yml and restart it")
-    else:
+    elif how == "error":
         searxng.config(fail="error")
         expected = f"SearXNG at {searxng.url} answered HTTP 500"
-    task_id = coordinator.route(TOKYO, "web_search")
+    else:
+        prompt = f"!!g {TOKYO}"
+        expected = (f"SearXNG at {searxng.url} answered 302 with a redirect to "
+                    f"https://www.google.com/search?q={quote_plus(TOKYO)} (not followed): a word "
+                    "of the query starting with !! is an external bang, which SearXNG answers "
+                    "by sending the client to that search site instead of searching; leave it "
+                    "out of the prompt")
+    task_id = coordinator.route(prompt, "web_search")
 
     row = tasks.wait_status(task_id, "done", "failed")
     assert row["status"] == "failed"
@@ -145,6 +161,67 @@ def test_search_failure_fails_the_task_with_the_reason(how, web_env, start_worke
     # The worker removes the id from its processing list just after the row is written.
     wait_until(lambda: rds.llen(f"processing:{web_env['WORKER_ID']}") == 0, 10,
                "the id to leave the processing list")
+
+
+def test_the_limiter_lets_the_worker_through_and_its_429_names_the_setting(
+        web_env, start_worker, coordinator, tasks, searxng):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    searxng.config(limiter=True)
+    let_through = tasks.wait_status(coordinator.route(TOKYO, "web_search"), "done", "failed")
+    assert (let_through["status"], let_through["error"]) == ("done", None)
+
+    # A burst from the worker's address (the test's, 127.0.0.1 too) uses up BURST_WINDOW.
+    burst = [requests.post(f"{searxng.url}/search", data={"q": "burst", "format": "json"},
+                           headers=worker_web.SEARCH_HEADERS, timeout=5).status_code
+             for _ in range(16)]
+    assert burst[0] == 200 and burst[-1] == 429
+    turned_away = tasks.wait_status(coordinator.route(TOKYO, "web_search"), "done", "failed")
+    assert (turned_away["status"], turned_away["result"]) == ("failed", None)
+    assert turned_away["error"] == (
+        f"SearXNG at {searxng.url} answered 429 Too Many Requests: its limiter turned this "
+        "worker away; set server.limiter (and server.public_instance) to false in its "
+        "settings.yml, or add this host to pass_ip in its limiter.toml, and restart it")
+
+
+def test_engines_that_did_not_answer_are_named_and_none_answering_is_flagged(
+        web_env, start_worker, coordinator, tasks, searxng, ollama):
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    searxng.config(unresponsive={"brave": "CAPTCHA", "qwant": "too many requests"})
+    assert search_results(searxng, TOKYO)
+    some = tasks.wait_status(coordinator.route(TOKYO, "web_search"), "done", "failed")
+    assert (some["status"], some["fallback"]) == ("done", False)
+    assert some["answered_model"] == MODEL
+    assert some["result"].startswith("要約: 「Question: 今日の東京の天気は？")
+    assert some["result"].endswith("\n\n(SearXNG: these engines did not answer: brave (CAPTCHA), "
+                                   "qwant (too many requests))")
+
+    # SearXNG's answer when every engine fails: 200, no results, the engines and reasons.
+    searxng.config(unresponsive={"brave": "Suspended: CAPTCHA", "duckduckgo": "timeout",
+                                 "qwant": "too many requests", "startpage": "access denied",
+                                 "wikipedia": "timeout"})
+    none = tasks.wait_status(coordinator.route(TOKYO, "web_search"), "done", "failed")
+    assert (none["status"], none["fallback"], none["answered_model"]) == ("done", True, None)
+    assert none["result"] == (
+        "No search results: SearXNG's engines did not answer: brave (Suspended: CAPTCHA), "
+        "duckduckgo (timeout), qwant (too many requests), startpage (access denied), "
+        "wikipedia (timeout)")
+    assert f"INFO Task {none['id']} done (fallback answer)" in messages(worker)
+
+
+def test_a_prompt_as_long_as_the_coordinator_takes_is_searched(web_env, start_worker,
+                                                             coordinator, tasks, searxng):
+    # Every byte of the largest prompt the Coordinator accepts: Japanese, 3 bytes a character,
+    # 9 once percent-encoded, far over the 8 KiB URL uWSGI (the stand-in's default) lets in.
+    prompt = "東" * (Config.max_prompt_bytes // len("東".encode()))
+    worker = start_worker(web_env)
+    worker.wait_for(WAITING)
+    row = tasks.wait_status(coordinator.route(prompt, "web_search"), "done", "failed",
+                            timeout=60)
+    assert (row["status"], row["fallback"], row["error"]) == ("done", False, None)
+    assert row["result"].startswith("要約: 「Question: 東東東")
+    assert "invalid request block size" not in searxng.log.read_text()
 
 
 def test_db_write_failure_is_retried_and_shown_in_the_heartbeat(web_env, busy_worker,
@@ -401,6 +478,30 @@ def test_searxng_json_disabled_at_start(web_env, start_worker, searxng):
     assert error == (f"SearXNG check FAILED: SearXNG at {searxng.url} answered 403 to "
                      "format=json: its JSON API is disabled; add json to search.formats in "
                      "its settings.yml and restart it")
+
+
+def test_a_redirect_at_start_is_not_followed(web_env, start_worker):
+    # Something other than SearXNG at SEARXNG_URL that redirects (an http -> https proxy).
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(301)
+            self.send_header("Location", "https://searx.example/search")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        error = _fails_at_start(start_worker, {**web_env, "SEARXNG_URL": url},
+                                ["Redis OK", "PostgreSQL OK"])
+    finally:
+        server.shutdown()
+    assert error == (f"SearXNG check FAILED: SearXNG at {url} answered 301 with a redirect to "
+                     "https://searx.example/search (not followed); check SEARXNG_URL")
 
 
 def test_ollama_model_missing(web_env, start_worker, ollama):
