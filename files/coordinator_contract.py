@@ -379,14 +379,14 @@ DEFAULT_NAMESPACE = "library"
 DEFAULT_TAG = "latest"
 
 
-def canonical_model_name(name: str) -> str:
-    """A model name as Ollama compares it: ``host/namespace/model:tag``, lower-cased.
+def model_name_parts(name: str) -> tuple[str, str, str, str]:
+    """A model name's host, namespace, model and tag, spelt as given.
 
     Follows Ollama's own parsing (types/model/name.go): the tag is what follows the last ``:``
     only when no ``/`` comes after it (so ``localhost:5000/x/y`` has no tag), then the last
     three ``/``-separated parts are host, namespace and model; missing parts take Ollama's
-    defaults (registry.ollama.ai, library, latest). Ollama compares names case-insensitively.
-    Raises ValueError for what is no model name."""
+    defaults (registry.ollama.ai, library, latest). Raises ValueError for what is no model
+    name."""
     text = name.strip()
     tag = DEFAULT_TAG
     colon = text.rfind(":")
@@ -399,6 +399,14 @@ def canonical_model_name(name: str) -> str:
             "for example llama3.2:3b or hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M"
         )
     host, namespace, model = [*[DEFAULT_REGISTRY, DEFAULT_NAMESPACE][: 3 - len(parts)], *parts]
+    return host, namespace, model, tag
+
+
+def canonical_model_name(name: str) -> str:
+    """A model name as Ollama compares it: ``host/namespace/model:tag`` (model_name_parts),
+    lower-cased, as Ollama compares names case-insensitively. Raises ValueError for what is
+    no model name."""
+    host, namespace, model, tag = model_name_parts(name)
     return f"{host}/{namespace}/{model}:{tag}".lower()
 
 

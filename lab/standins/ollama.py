@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import SplitResult
 
-from coordinator_contract import same_model
+from coordinator_contract import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_REGISTRY,
+    canonical_model_name,
+    model_name_parts,
+    same_model,
+)
 
 if __package__:
     from . import standin_core as core
@@ -55,17 +61,23 @@ FAMILIES = (("lfm", "lfm2"), ("qwen", "qwen2"), ("gemma", "gemma3"), ("phi", "ph
 PIECES = re.compile(r"\S{1,8}\s*|\s+")
 
 
-def canonical_name(name: str) -> str:
-    """Ollama's spelling of a model name in its listings: without a tag, the tag is
-    ``latest``. Names are compared with same_model, the rule every part of the cluster uses."""
-    name = name.strip()
-    if ":" not in name.rsplit("/", 1)[-1]:
-        name += ":latest"
-    return name
+def display_name(name: str) -> str:
+    """How Ollama lists a model (types/model/name.go, DisplayShortest): without the default
+    host and namespace, always with the tag (``latest`` when none was given). Names are
+    compared with same_model, the rule every part of the cluster uses."""
+    host, namespace, model, tag = model_name_parts(name)
+    if host.lower() != DEFAULT_REGISTRY:
+        return f"{host}/{namespace}/{model}:{tag}"
+    if namespace.lower() != DEFAULT_NAMESPACE:
+        return f"{namespace}/{model}:{tag}"
+    return f"{model}:{tag}"
 
 
 def is_model_name(value: object) -> bool:
-    return isinstance(value, str) and bool(value.strip()) and len(value.split()) == 1
+    try:
+        return isinstance(value, str) and bool(model_name_parts(value))
+    except ValueError:
+        return False
 
 
 def as_model_names(value: object) -> list[str]:
@@ -76,7 +88,7 @@ def as_model_names(value: object) -> list[str]:
         raise core.BadSetting("expected a list of model names (or comma-separated text), "
                               f"got {value!r}")
     names: list[str] = []
-    for name in map(canonical_name, value):
+    for name in map(display_name, value):
         if not any(same_model(name, known) for known in names):
             names.append(name)
     return names
@@ -109,11 +121,7 @@ def as_model_map(what: str, example: object,
     canonical name; ``valid`` accepts a value, ``example`` is one shown in its error."""
 
     def coerce(value: object) -> dict[str, Any]:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value) if value.strip() else {}
-            except ValueError:
-                value = None
+        value = core.json_object(value)
         if not isinstance(value, dict) or not all(
             is_model_name(name) and valid(entry) for name, entry in value.items()
         ):
@@ -121,7 +129,7 @@ def as_model_map(what: str, example: object,
                 f"expected a JSON object from model name to {what}, e.g. "
                 f"{json.dumps({'llama3.2': example})}, got {value!r}"
             )
-        return {canonical_name(name): entry for name, entry in value.items()}
+        return {display_name(name): entry for name, entry in value.items()}
     return coerce
 
 
@@ -217,17 +225,47 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def billions_of(name: str) -> float:
+    match = PARAMETER_COUNT.search(name.rsplit("/", 1)[-1])
+    return float(match.group(1)) if match else 3.0
+
+
+def blobs(name: str, weights: str = "") -> list[dict[str, Any]]:
+    """The blobs of a model's manifest, config first: made up from the model (any spelling of
+    its name) and ``weights``, the label of other weights under the same name."""
+    model = canonical_model_name(name) + (f"\n{weights}" if weights else "")
+    kinds = (
+        # Weights of about 4.8 bits each, as Q4_K_M files weigh.
+        ("application/vnd.docker.container.image.v1+json", "config", 480),
+        ("application/vnd.ollama.image.model", "weights", int(billions_of(name) * 0.6e9)),
+        ("application/vnd.ollama.image.template", "template", 1024),
+        ("application/vnd.ollama.image.params", "params", 96),
+    )
+    return [{"mediaType": media, "digest": "sha256:" + sha256_hex(f"{kind}\n{model}"),
+             "size": size} for media, kind, size in kinds]
+
+
+def manifest(name: str, weights: str = "") -> bytes:
+    """The manifest file of a model, as Ollama writes it (manifest/manifest.go): its sha256 is
+    the digest Ollama lists, the same for every spelling of the name."""
+    config, *layers = blobs(name, weights)
+    document = {"schemaVersion": 2,
+                "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": config, "layers": layers}
+    return json.dumps(document, separators=(",", ":")).encode() + b"\n"
+
+
 def describe(name: str, weights: str = "") -> dict[str, Any]:
     """Plausible, deterministic metadata guessed from a model's name; ``weights`` labels other
-    weights under the same name, which change the digest alone, as a moved tag does."""
-    match = PARAMETER_COUNT.search(name.rsplit("/", 1)[-1])
-    billions = float(match.group(1)) if match else 3.0
-    tag = name.rsplit(":", 1)[-1]
+    weights under the same name, which change its blobs and so its digest, as a moved tag
+    does."""
+    billions = billions_of(name)
+    tag = model_name_parts(name)[3]
     family = next((fam for key, fam in FAMILIES if key in name.lower()), "llama")
     return {
-        "digest": sha256_hex(name.lower() + (f"\n{weights}" if weights else "")),
-        # About 4.8 bits a weight, as Q4_K_M files weigh.
-        "size": int(billions * 0.6e9),
+        "digest": hashlib.sha256(manifest(name, weights)).hexdigest(),
+        # The manifest's blobs together (manifest.go, Size).
+        "size": sum(blob["size"] for blob in blobs(name, weights)),
         "parameter_count": int(billions * 1e9),
         "details": {
             "parent_model": "",
@@ -241,13 +279,10 @@ def describe(name: str, weights: str = "") -> dict[str, Any]:
 
 
 def layers_for(name: str, weights: str = "") -> list[tuple[str, int]]:
-    """The blobs a pull of ``name`` fetches: weights, template, parameters."""
-    info = describe(name, weights)
-    return [
-        ("sha256:" + info["digest"], info["size"]),
-        ("sha256:" + sha256_hex("template\n" + name.lower()), 1024),
-        ("sha256:" + sha256_hex("params\n" + name.lower()), 96),
-    ]
+    """The blobs a pull of ``name`` fetches, as (digest, size): the manifest's layers (weights,
+    template, parameters), then its config (server/images.go, PullModel)."""
+    config, *layers = blobs(name, weights)
+    return [(blob["digest"], blob["size"]) for blob in [*layers, config]]
 
 
 def compose_answer(prompt: str, model: str) -> str:
@@ -269,7 +304,7 @@ def load_state(path: Path) -> dict[str, str] | None:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
         entries = document["models"]
-        models = {canonical_name(entry["name"]): str(entry["modified_at"]) for entry in entries}
+        models = {display_name(entry["name"]): str(entry["modified_at"]) for entry in entries}
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -319,6 +354,18 @@ class OllamaStore(core.Store):
         """The present model a request names, by Ollama's matching (same_model)."""
         with self.lock:
             return next((name for name in self.modified if same_model(name, requested)), None)
+
+    def spelt_as_present(self, requested: str) -> str:
+        """The name a pull of ``requested`` stores: each part spelt as a present model spells
+        it (server/routes.go, getExistingName), listed as Ollama lists names."""
+        parts = list(model_name_parts(requested))
+        with self.lock:
+            for name in self.modified:
+                for index, part in enumerate(model_name_parts(name)):
+                    if part.lower() == parts[index].lower():
+                        parts[index] = part
+        host, namespace, model, tag = parts
+        return display_name(f"{host}/{namespace}/{model}:{tag}")
 
     def add_model(self, name: str) -> None:
         with self.lock:
@@ -527,7 +574,7 @@ class OllamaHandler(core.StandinHandler):
         if named is None:
             return
         request, requested = named
-        events = self.pull_events(canonical_name(requested))
+        events = self.pull_events(self.store.spelt_as_present(requested))
         if request.get("stream", True) is not False:
             self.start_stream("application/x-ndjson")
             for event in events:

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lab.standins.ollama import DEFAULT_MODEL, NO_MANIFEST, layers_for
+from lab.standins.ollama import DEFAULT_MODEL, NO_MANIFEST, describe, layers_for
 
 from .conftest import model_names
 
@@ -25,7 +25,7 @@ def test_pull_missing_model_then_nothing_to_do(standin, run_module):
         "status": "success",
         "total_bytes": expected_bytes,
         "completed_bytes": expected_bytes,
-        "layers": 3,
+        "layers": len(layers_for("llama3.2:3b")),
     }
     assert first["msg"] == f"pulled llama3.2:3b ({expected_bytes} bytes)"
     assert first["model"]["name"] == "llama3.2:3b"
@@ -204,7 +204,7 @@ def test_a_pinned_digest_is_returned_checked_and_kept(standin, run_module):
 
 def test_an_absent_model_pulled_with_other_weights_than_pinned_fails_saying_so(standin,
                                                                              run_module):
-    expected = layers_for("llama3.2:3b")[0][0].removeprefix("sha256:")
+    expected = describe("llama3.2:3b")["digest"]  # as /api/tags lists the usual weights
     standin.config(weights={"llama3.2:3b": "moved-tag"})
     result = run_module({"name": "llama3.2:3b", "host": standin.url, "digest": expected})
     assert result["failed"] is True

@@ -74,12 +74,34 @@ def test_digests_are_stable_and_other_weights_under_the_same_name_change_only_th
     post(second.url, "/api/generate", {"model": LFM, "prompt": "", "stream": False})
     running = requests.get(f"{second.url}/api/ps", timeout=5).json()["models"]
     assert [model["digest"] for model in running] == [moved]
-    pulled = ndjson(post(second.url, "/api/pull", {"model": LFM}))
-    assert pulled[1]["digest"] == f"sha256:{moved}"
+    weights = ndjson(post(second.url, "/api/pull", {"model": LFM}))[1]["digest"]
+    assert weights != ndjson(post(first.url, "/api/pull", {"model": LFM}))[1]["digest"]
     assert tag_names(second.url) == [LFM]
 
     second.config(weights={})
     assert digest_of(second.url, LFM) == digest_of(first.url, LFM)
+
+
+def test_the_digest_is_the_manifests_whatever_the_spelling_of_the_name(ollama):
+    pulled = ["registry.ollama.ai/library/Llama3.2", "LLAMA3.2:latest", "HF.co/LiquidAI/x:Q4"]
+    ollama.config(models=[LFM, "llama3.2"])
+    llama = digest_of(ollama.url, "llama3.2:latest")
+    lfm = digest_of(ollama.url, LFM)
+    # Not any blob's digest: sha256 of the manifest file naming the blobs (config, layers).
+    blobs = [event["digest"] for event in ndjson(post(ollama.url, "/api/pull", {"model": LFM}))
+             if "digest" in event]
+    assert len(set(blobs)) == 4 and f"sha256:{lfm}" not in blobs
+
+    for name in pulled:
+        assert post(ollama.url, "/api/pull", {"model": name, "stream": False}).status_code == 200
+    # Listed as Ollama lists names, each part spelt as a present model spells it.
+    assert sorted(tag_names(ollama.url)) == sorted([LFM, "llama3.2:latest", "hf.co/LiquidAI/x:Q4"])
+    assert digest_of(ollama.url, "llama3.2:latest") == llama
+    for name, listed, digest in ((LFM.upper(), LFM.upper(), lfm),
+                                 ("registry.ollama.ai/library/llama3.2", "llama3.2:latest", llama),
+                                 ("library/llama3.2:latest", "llama3.2:latest", llama)):
+        ollama.config(models=[name])
+        assert tag_names(ollama.url) == [listed] and digest_of(ollama.url, listed) == digest
 
 
 def test_a_model_can_be_slower_or_fail_to_load_while_the_others_answer(ollama):
