@@ -112,7 +112,9 @@ class Playbooks:
             on: list[tuple[str, Callable[[subprocess.Popen], None]]] | None = None,
             extra_env: dict[str, str] | None = None, timeout: float = 1800) -> Run:
         """ansible-playbook; ``on`` = [(regex, action)]: each action runs once, when a line
-        matching its regex first appears (the running process is passed to it)."""
+        matching its regex first appears (the running process is passed to it). A fault whose
+        line never appeared did not happen: the run raises AssertionError naming it (a renamed
+        task must not let a fault test pass without its fault)."""
         command = ["ansible-playbook", *(["-vvv"] if self.verbose else []),
                    "-i", str(inventory), playbook, *args]
         pending = list(on or [])
@@ -140,6 +142,10 @@ class Playbooks:
         self.timings.append({"test": current_test(), "playbook": run.name,
                              "inventory": inventory.name, "seconds": round(run.seconds, 1),
                              "returncode": run.returncode})
+        if pending:
+            raise AssertionError(
+                f"{run.name} never printed a line matching {[h[0] for h in pending]}: the "
+                f"fault meant for that point did not happen (exit {run.returncode}; see {log})")
         return run
 
 

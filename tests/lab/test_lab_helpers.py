@@ -45,6 +45,23 @@ def test_changed_results_counts_a_cut_run_without_a_recap():
     assert quiet.changed_results() == 0
 
 
+def test_a_fault_hook_whose_line_never_appears_fails_the_run(tmp_path):
+    playbook = tmp_path / "one.yml"
+    playbook.write_text("- name: One play\n  hosts: localhost\n  gather_facts: false\n"
+                        "  tasks:\n    - name: Say hello\n      ansible.builtin.debug:\n"
+                        "        msg: hello\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    fired = []
+    playbooks = drive.Playbooks(tmp_path / "logs")
+    run = playbooks.run(str(playbook), inventory, on=[(r"^TASK \[Say hello", fired.append)])
+    assert run.returncode == 0 and len(fired) == 1, run.output
+    with pytest.raises(AssertionError, match=r"one\.yml never printed a line matching .*Say "
+                       r"goodbye.*: the fault meant for that point did not happen \(exit 0; "):
+        playbooks.run(str(playbook), inventory, on=[(r"^TASK \[Say goodbye", fired.append)])
+    assert len(fired) == 1
+
+
 def test_exclusive_makes_a_second_holder_wait(tmp_path, monkeypatch):
     monkeypatch.setattr(lab, "LOCK", tmp_path / "lab.lock")
     with lab.exclusive(), (tmp_path / "lab.lock").open("w") as other:
