@@ -69,6 +69,15 @@ class Metrics:
             "coordinator_tasks_finished",
             "Tasks that reached done or failed (cluster-wide, seen since this instance started)",
             ["task_type", "status"], registry=r)
+        self.fallbacks = Counter(
+            "coordinator_task_fallbacks",
+            "Tasks done with a fallback answer, not the model's (the search results when "
+            "summarisation failed, or why there are none when SearXNG's engines failed), "
+            "cluster-wide, seen since this instance started", ["task_type"], registry=r)
+        # Every task type at 0 from the start: a rate() of fallbacks over finished tasks has
+        # a series to read before the first fallback.
+        for task_type in TASK_TYPES:
+            self.fallbacks.labels(task_type)
         self.dispatch_latency = Histogram(
             "coordinator_dispatch_latency_seconds",
             "From POST /route to a worker's claim of the task (queue wait)", ["task_type"],
@@ -125,9 +134,11 @@ class Metrics:
             self.workers_drained.labels(kind).set(drained_by_kind.get(kind, 0))
         self.workers_duplicate.set(duplicates)
 
-    def observe_event(self, task_type: str, status: str, dispatch: float | None,
-                      total: float | None) -> None:
+    def observe_event(self, task_type: str, status: str, fallback: bool,
+                      dispatch: float | None, total: float | None) -> None:
         self.finished.labels(task_type, status).inc()
+        if fallback:
+            self.fallbacks.labels(task_type).inc()
         if dispatch is not None and dispatch >= 0:
             self.dispatch_latency.labels(task_type).observe(dispatch)
         if total is not None and total >= 0:

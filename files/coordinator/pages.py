@@ -339,16 +339,31 @@ generated <span id="generated-at">{_time(view.get("generated_at"))}</span> UTC</
 </header>"""
 
 
+#: The counts' number columns (queries.TASK_COUNTS): key and heading. Fallback answers are
+#: done tasks whose answer is not the model's (docs/design.md, tasks.fallback).
+_COUNT_COLUMNS = (("last_hour", "Last hour"), ("all_time", "All time"),
+                  ("fallbacks_last_hour", "Fallback, last hour"),
+                  ("fallbacks_all_time", "Fallback, all time"))
+
+
+def _count_cell(key: str, value: int) -> str:
+    # A fallback answer is not the model's: worth a warning colour when there is one.
+    if value and key.startswith("fallbacks_"):
+        return f'<td class="num"><span class="warn">{value}</span></td>'
+    return f'<td class="num">{value}</td>'
+
+
 def _counts_table(counts: Sequence[Mapping[str, Any]]) -> str:
     rows = [f'<tr{_attrs({"data-task-type": c["task_type"], "data-status": c["status"]})}>'
             f'<td>{_e(c["task_type"])}</td><td>{_status_badge(c["status"])}</td>'
-            f'<td class="num">{_e(c["last_hour"])}</td><td class="num">{_e(c["all_time"])}</td>'
-            "</tr>" for c in counts]
-    last_hour = sum(int(c["last_hour"]) for c in counts)
-    all_time = sum(int(c["all_time"]) for c in counts)
+            + "".join(_count_cell(key, int(c[key])) for key, _ in _COUNT_COLUMNS) + "</tr>"
+            for c in counts]
+    totals = "".join(_count_cell(key, sum(int(c[key]) for c in counts))
+                     for key, _ in _COUNT_COLUMNS)
     foot = (f'\n<tfoot><tr class="total" id="counts-total"><th scope="row" colspan="2">Total</th>'
-            f'<td class="num">{last_hour}</td><td class="num">{all_time}</td></tr></tfoot>')
-    return _table("counts", ["Task type", "Status", ("Last hour", "num"), ("All time", "num")],
+            f"{totals}</tr></tfoot>")
+    return _table("counts", ["Task type", "Status",
+                             *((label, "num") for _, label in _COUNT_COLUMNS)],
                   rows, "no tasks yet", foot)
 
 

@@ -40,9 +40,13 @@ LIST_TASKS = (
     " '-infinity')"
     " ORDER BY created_at DESC LIMIT %(limit)s"
 )
+_LAST_HOUR = "created_at > clock_timestamp() - interval '1 hour'"
+#: Tasks by type and status, and of them the fallback answers (done, not the model's).
 TASK_COUNTS = (
-    "SELECT task_type, status, count(*) FILTER (WHERE created_at > clock_timestamp()"
-    " - interval '1 hour')::int AS last_hour, count(*)::int AS all_time"
+    f"SELECT task_type, status, count(*) FILTER (WHERE {_LAST_HOUR})::int AS last_hour,"
+    " count(*)::int AS all_time,"
+    f" count(*) FILTER (WHERE fallback AND {_LAST_HOUR})::int AS fallbacks_last_hour,"
+    " count(*) FILTER (WHERE fallback)::int AS fallbacks_all_time"
     " FROM tasks GROUP BY 1, 2 ORDER BY 1, 2"
 )
 #: Seconds the oldest queued task of each queue has waited (indexed: tasks_active_idx).

@@ -335,6 +335,25 @@ END
 $$;
 """
 
+# The task_events payload carries the fallback flag: the Coordinator counts fallback answers
+# (coordinator_task_fallbacks_total) from the same events as finished tasks.
+_V8 = f"""
+CREATE OR REPLACE FUNCTION coordinator_task_event() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('{TASK_EVENTS_CHANNEL}', json_build_object(
+        'id', NEW.id,
+        'status', NEW.status,
+        'task_type', NEW.task_type,
+        'fallback', NEW.fallback,
+        'dispatch_seconds', extract(epoch FROM NEW.started_at - NEW.created_at),
+        'total_seconds', extract(epoch FROM NEW.finished_at - NEW.created_at)
+    )::text);
+    RETURN NEW;
+END
+$$;
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
@@ -345,6 +364,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (6, "tasks_active_idx keyed by (status, queue, id): claims spread over the index", _V6),
     (7, "worker_grants: a worker login takes only its host's queues, as its host's workers",
      _V7),
+    (8, "task_events carries fallback: fallback answers are counted", _V8),
 ]
 
 #: What the Coordinator's own login may do, granted at every start by the schema's owner

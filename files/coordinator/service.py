@@ -131,5 +131,5 @@ class Coordinator:
 
     def _on_event(self, event: dict) -> None:
         self.metrics.observe_event(
-            str(event.get("task_type")), str(event.get("status")),
+            str(event.get("task_type")), str(event.get("status")), event.get("fallback") is True,
             event.get("dispatch_seconds"), event.get("total_seconds"))

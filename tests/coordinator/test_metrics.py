@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import uuid
 
+import coordinator_contract as contract
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -110,3 +111,31 @@ def test_a_claimed_task_is_in_flight_in_the_metrics_as_get_queues_says(
     assert queues["tasks:web"]["in_flight"] == 1
     worker.finish(task["task_id"], claim, "r")
     wait_for(lambda: in_flight() == 0.0, 5, what="the finished task to leave the in-flight gauge")
+
+
+def counter(text: str, family_name: str, **labels: str) -> float:
+    """A counter's value in a scrape (0 when the series is not there)."""
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               if family.name == family_name for sample in family.samples
+               if sample.name == f"{family_name}_total"
+               and all(sample.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_a_fallback_answer_is_counted_by_its_task_type_from_the_task_event(
+        client: httpx.Client, server: ServerThread, make_worker) -> None:
+    before = client.get("/metrics").text
+    # Every task type has its series from the start, at 0, for a rate() before the first one.
+    assert {s.labels["task_type"]: s.value for f in text_string_to_metric_families(before)
+            if f.name == "coordinator_task_fallbacks" for s in f.samples} == dict.fromkeys(
+        contract.TASK_TYPES, 0.0)
+    worker = make_worker(server, "web-fallback", kind="web").start()
+    for fallback in (True, False):
+        task = client.post("/route", json={"prompt": "p", "task_type": "web_search"}).json()
+        worker.take()
+        worker.finish(task["task_id"], worker.claim(task["task_id"]), "r", fallback=fallback)
+    wait_for(lambda: counter(client.get("/metrics").text, "coordinator_tasks_finished",
+                             task_type="web_search", status="done") == 2, 5,
+             what="both web tasks counted as finished")
+    scrape = client.get("/metrics").text
+    assert counter(scrape, "coordinator_task_fallbacks", task_type="web_search") == 1
+    assert counter(scrape, "coordinator_task_fallbacks") == 1

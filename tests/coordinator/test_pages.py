@@ -177,12 +177,21 @@ def task(task_id: str = TASK_ID, status: str = "done", **extra: object) -> dict:
             "finished_at": "2026-12-01T19:20:09+00:00"} | extra
 
 
+def count(task_type: str, status: str, last_hour: int, all_time: int,
+          fallbacks: tuple[int, int] = (0, 0)) -> dict:
+    """A row of queries.TASK_COUNTS."""
+    return {"task_type": task_type, "status": status, "last_hour": last_hour,
+            "all_time": all_time, "fallbacks_last_hour": fallbacks[0],
+            "fallbacks_all_time": fallbacks[1]}
+
+
 def view(**extra: object) -> dict:
     return {"generated_at": "2026-12-01T19:21:00+00:00", "version": "0.9.1",
             "counts": [
-                {"task_type": "chat", "status": "done", "last_hour": 7, "all_time": 1234},
-                {"task_type": "chat", "status": "failed", "last_hour": 2, "all_time": 56},
-                {"task_type": "web_search", "status": "queued", "last_hour": 1, "all_time": 9},
+                count("chat", "done", 7, 1234),
+                count("chat", "failed", 2, 56),
+                count("web_search", "done", 5, 40, fallbacks=(2, 3)),
+                count("web_search", "queued", 1, 9),
             ],
             "workers": [worker()],
             "queues": [{"queue": "tasks:web", "depth": 4, "in_flight": 1,
@@ -320,17 +329,32 @@ def test_counts_every_number_and_total() -> None:
     table = root.by_id("counts")
     rows = table.find_all("tr", data_task_type=None)
     assert [(r.attrs["data-task-type"], r.attrs["data-status"]) for r in rows] == [
-        ("chat", "done"), ("chat", "failed"), ("web_search", "queued")]
+        ("chat", "done"), ("chat", "failed"), ("web_search", "done"), ("web_search", "queued")]
+    assert [th.text() for th in table.one("thead").find_all("th")] == [
+        "Task type", "Status", "Last hour", "All time", "Fallback, last hour",
+        "Fallback, all time"]
     cells = [[td.text() for td in r.find_all("td")] for r in rows]
-    assert cells[0] == ["chat", "done", "7", "1234"]
+    assert cells[0] == ["chat", "done", "7", "1234", "0", "0"]
     total = root.by_id("counts-total")
-    assert [td.text() for td in total.find_all("td")] == ["10", "1299"]
+    assert [td.text() for td in total.find_all("td")] == ["15", "1339", "2", "3"]
+
+
+def test_fallback_answers_are_counted_beside_the_done_ones_in_a_warning_colour() -> None:
+    table = overview().by_id("counts")
+    web_done = table.one("tr", data_task_type="web_search", data_status="done")
+    assert [td.text() for td in web_done.find_all("td")] == [
+        "web_search", "done", "5", "40", "2", "3"]
+    assert [span.text() for span in web_done.find_all("span", class_="warn")] == ["2", "3"]
+    # None where there is none, so the colour means something.
+    chat_done = table.one("tr", data_task_type="chat", data_status="done")
+    assert chat_done.find_all("span", class_="warn") == []
 
 
 def test_counts_empty() -> None:
     root = overview(view(counts=[]))
     assert "no tasks yet" in root.by_id("counts").one("tr", class_="empty").text()
-    assert [td.text() for td in root.by_id("counts-total").find_all("td")] == ["0", "0"]
+    assert [td.text() for td in root.by_id("counts-total").find_all("td")] == [
+        "0", "0", "0", "0"]
 
 
 def test_worker_rows() -> None:

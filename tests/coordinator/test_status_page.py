@@ -204,3 +204,26 @@ def test_the_page_shows_the_same_after_a_coordinator_restart(start_server, backe
     for page in (before, after):
         assert f'data-task-id="{task_id}" data-status="queued"' in page.text
         assert 'data-worker-id="w1" data-state="draining"' in page.text
+
+
+def test_the_counts_show_the_fallback_answers_of_the_last_hour_and_of_all_time(
+        page_server: ServerThread, make_worker) -> None:
+    """Three web searches done, two of them with a fallback answer, one of those two created
+    two hours ago: the row of done web searches counts 2 and 3, of them fallbacks 1 and 2."""
+    worker = make_worker(page_server, "web1", kind="web", token=TOKEN).start()
+    with page_server.client(TOKEN) as api:
+        for fallback, age in ((True, "0"), (True, "2 hours"), (False, "0")):
+            task_id = api.post("/route", json={"prompt": "p", "task_type": "web_search"}
+                               ).json()["task_id"]
+            assert worker.take() == task_id
+            assert worker.finish(task_id, worker.claim(task_id), "r", fallback=fallback)
+            worker.conn.execute("UPDATE tasks SET created_at = created_at - %s::interval"
+                                " WHERE id = %s", (age, task_id))
+    with browser(page_server) as client:
+        log_in(client)
+        page = client.get("/ui").text
+    row = re.search(r'<tr data-task-type="web_search" data-status="done">(.*?)</tr>', page)
+    assert row, "no row of done web searches in the counts"
+    cells = [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>",
+                                                                row.group(1))]
+    assert cells == ["web_search", "done", "2", "3", "1", "2"]
