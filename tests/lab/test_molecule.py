@@ -26,14 +26,14 @@ PROVEN_ELSEWHERE = {
     "cluster_tls": (
         "tests/migrate/test_secrets.py: the CA and the certificates made on the first converge "
         "and verified by PostgreSQL's and Redis' clients, renewed in the rotation run; "
-        "tests/migrate/test_migrate_web.py::test_rerun_and_site_change_nothing: a second run "
+        "tests/migrate/test_readme.py::test_the_readme_steps_on_the_lab: a second run "
         "changes nothing"),
     "coordinator": (
         "molecule/worker: converged over plain HTTP on molwk-core, idempotence, workers "
         "registered through it, its unit's hardening, its process' user, its 0600 env file, "
         "and a Coordinator that cannot start failing the play with its journal; "
         "tests/migrate: converged over HTTPS on the lab (health check over TLS), a second run "
-        "changes nothing (test_rerun_and_site_change_nothing), the unit's systemd-analyze "
+        "changes nothing (test_readme.py), the unit's systemd-analyze "
         "exposure (test_hardening.py)"),
 }
 

@@ -121,10 +121,15 @@ def test_the_readme_steps_on_the_lab(cluster) -> None:
         move_web_workers(new)
         moved = cluster.playbooks.run("migrate-web.yml", MINE, *vault)
         assert moved.returncode == 0, moved.output[-6000:]
-        assert re.search(rf"processed by {cluster.nodes[new].address}", moved.output)
+        assert re.search(rf"in [0-9.]+ s, processed by {cluster.nodes[new].address}",
+                         moved.output)
 
+        # A second run of each changes nothing on any host; the move still proves itself.
         for playbook in ("migrate-web.yml", "site.yml"):
             again = cluster.playbooks.run(playbook, MINE, *vault)
             assert again.returncode == 0, again.output[-6000:]
-            assert set(again.changed().values()) == {0}, (playbook, again.changed())
+            assert again.changed() == dict.fromkeys(cluster.nodes, 0), (playbook, again.changed())
+            if playbook == "migrate-web.yml":
+                assert re.search(rf"in [0-9.]+ s, processed by {cluster.nodes[new].address}",
+                                 again.output)
     cluster.assert_settled(traffic.outcome(), new)
