@@ -411,8 +411,8 @@ class Worker:
 
     def registration_extra(self) -> dict[str, Any]:
         """Kind-specific fields of the registration body: a worker of a shared queue names
-        it; an inference worker sends its device and models instead (the Coordinator derives
-        its queue, tasks:<device>:<worker_id>, from them)."""
+        it (the web worker its model too); an inference worker sends its device and models
+        instead (the Coordinator derives its queue, tasks:<device>:<worker_id>, from them)."""
         return {"queues": self.queues}
 
     def execute(self, task: Task) -> Outcome:

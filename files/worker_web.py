@@ -84,6 +84,11 @@ class WebWorker(base.OllamaWorker):
     def queues(self) -> list[str]:
         return [contract.KIND_QUEUES[KIND]]
 
+    def registration_extra(self) -> dict[str, Any]:
+        # The model it summarises with: the registry says what it serves, which a move of
+        # the web worker (migrate-web.yml) must keep, whatever the inventory names now.
+        return {**super().registration_extra(), "models": [self.cfg.ollama_model]}
+
     def check_backends(self) -> None:
         url = self.cfg.searxng_url
         try:

@@ -125,6 +125,46 @@ def _same_model(a: str | None, b: str | None) -> bool:
     return a == b or contract.same_model(a or "", b or "")
 
 
+def registered_model(workers: Iterable[Mapping[str, Any]] | None,
+                     worker_id: str | None) -> str | None:
+    """The model the registry lists the alive worker ``worker_id`` with (coordinator_workers'
+    ``workers``): the web worker registers the one it summarises with, so this is what it
+    serves. None when it is not listed alive or registered none (a web worker from before it
+    registered its model)."""
+    for worker in workers or ():
+        if worker.get("worker_id") == worker_id and worker.get("models"):
+            return worker["models"][0]
+    return None
+
+
+def _model_change(new_host: str, wanted: str | None, old_host: str,
+                  theirs: Mapping[str, Any]) -> str:
+    """The line for a new host the inventory names another model for than the old web worker
+    serves: what is true, what the inventory asks, and where a model is changed."""
+    return (f"the web worker on {old_host} serves {theirs['name']} (digest "
+            f"{_short(theirs.get('digest'))}), the inventory names {wanted} for {new_host}: "
+            f"a move keeps the model, so name {theirs['name']} in the inventory again "
+            "(worker_ollama_model; cluster_model in inventory/home) for the move, then change "
+            "the model with upgrade-model.yml (docs/upgrade-model.md)")
+
+
+def model_change_problems(new_hosts: Iterable[str], old_hosts: Iterable[str],
+                          hostvars: Mapping[str, Any]) -> list[str]:
+    """One line for each new host the inventory names another model for than an old host's
+    web worker serves, from the ``worker_model`` each published (worker role, ``tasks_from:
+    model``; an old host's names the model its web worker registered with). Only names:
+    migrate-web.yml asks it before any change, when a new host's Ollama may not have the
+    model yet."""
+    problems = []
+    old = [(host, hostvars[host].get("worker_model") or {}) for host in old_hosts]
+    for new_host in new_hosts:
+        wanted = (hostvars[new_host].get("worker_model") or {}).get("name")
+        problems.extend(_model_change(new_host, wanted, old_host, theirs)
+                        for old_host, theirs in old
+                        if theirs.get("name") and not _same_model(wanted, theirs["name"]))
+    return problems
+
+
 def model_digest_problems(new_hosts: Iterable[str], old_hosts: Iterable[str],
                           hostvars: Mapping[str, Any],
                           override: str = "-e migrate_web_allow_other_weights=true") -> list[str]:
@@ -153,10 +193,7 @@ def model_digest_problems(new_hosts: Iterable[str], old_hosts: Iterable[str],
                     f"{_short(mine.get('digest'))}, {old_host} serves {_short(theirs['digest'])}: "
                     f"pull {theirs['digest']} on {new_host} or pin it, or pass {override}")
             else:
-                problems.append(
-                    f"{new_host} would serve {mine.get('name')} ({_short(mine.get('digest'))}), "
-                    f"{old_host} serves {theirs.get('name')} ({_short(theirs['digest'])}): "
-                    f"move with the same model, or pass {override}")
+                problems.append(_model_change(new_host, mine.get("name"), old_host, theirs))
     return problems
 
 
@@ -325,6 +362,8 @@ class FilterModule:
             "running_workers": running_workers,
             "worker_addresses": worker_addresses,
             "process_problems": process_problems,
+            "registered_model": registered_model,
+            "model_change_problems": model_change_problems,
             "model_digest_problems": model_digest_problems,
             "model_summary": model_summary,
             "model_probes": model_probes,

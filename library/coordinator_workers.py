@@ -138,7 +138,10 @@ serving:
     the Coordinator's registry lists 1 alive web worker serving tasks:web:
     web-worker-macbookair on macbookair (192.168.0.43), pid 812, v2.1, heartbeat 1.9 s ago
 workers:
-  description: The alive workers (of O(kind)).
+  description:
+    - The alive workers (of O(kind)).
+    - C(models) are the models each registered with (an inference worker every model its
+      Ollama lists, a web worker the one it summarises with).
   returned: when the registry was read
   type: list
   elements: dict
@@ -148,6 +151,7 @@ workers:
       pid: 812
       version: "2.1"
       queues: [tasks:web]
+      models: [hf.co/LiquidAI/LFM2.5-1.2B-JP-GGUF:Q4_K_M]
       seconds_since_heartbeat: 1.9
 unaccounted:
   description: Alive workers that none of O(expected) accounts for.

@@ -29,10 +29,14 @@ class Seen:
     version: str | None
     queues: tuple[str, ...]
     seconds_since_heartbeat: float
+    # As it registered them: an inference worker every model its Ollama lists, the web
+    # worker the one it summarises with.
+    models: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "host": self.host, "pid": self.pid,
                 "version": self.version, "queues": list(self.queues),
+                "models": list(self.models),
                 "seconds_since_heartbeat": self.seconds_since_heartbeat}
 
 
@@ -62,7 +66,8 @@ def parse_registry(body: Any, kind: str | None) -> tuple[list[Seen], float]:
             worker_id=str(worker.get("worker_id")), host=str(worker.get("host")),
             pid=worker.get("pid"), version=worker.get("version"),
             queues=tuple(worker.get("queues") or ()),
-            seconds_since_heartbeat=float(worker.get("seconds_since_heartbeat") or 0.0)))
+            seconds_since_heartbeat=float(worker.get("seconds_since_heartbeat") or 0.0),
+            models=tuple(worker.get("models") or ())))
     return sorted(seen, key=lambda w: w.worker_id), float(body.get("heartbeat_ttl") or 0.0)
 
 

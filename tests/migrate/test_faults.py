@@ -11,7 +11,9 @@ web worker in the Coordinator's registry, with one worker_web.py process, on its
 - the old host unreachable before the move (its worker still serving): stops before any
   change, the old worker serving;
 - other weights under the model's name on the new host (another digest): stops in preflight,
-  naming both digests, unless -e migrate_web_allow_other_weights=true, which moves;
+  naming both digests, unless -e migrate_web_allow_other_weights=true, which moves; a move
+  whose inventory also names another model stops before any change, naming the model the
+  old worker registered with and its digest, whatever that option says;
 - a worker_web.py started by hand on a host outside web_workers: named and refused before
   any change, by migrate-web.yml and by site.yml's guard alike;
 - the new host gone from the network after its worker started: rolled back, the old worker
@@ -42,6 +44,8 @@ from lab.throwaway import wait_until
 from .conftest import STANDIN_LATENCY
 
 CORE = "lab-ai-core"
+# A model the inventory may name that no Ollama here has: a move refuses it before any pull.
+OTHER_MODEL = "other-model:1b"
 
 
 def test_site_with_a_host_down_names_it_and_changes_nothing(cluster) -> None:
@@ -130,8 +134,25 @@ def test_other_weights_under_the_same_name_stop_the_move_in_preflight(cluster) -
             cluster.nodes[new].address)
         assert serving != moved
         pids = cluster.nodes[old].processes()
+        # The same edit names another model too: the old host is asked about the model its
+        # worker registered with, not the inventory's, and the move stops before any change,
+        # the override of other weights notwithstanding.
+        changed_model = cluster.inventory(new, "model-changed", {
+            host: {"cluster_model": OTHER_MODEL} for host in cluster.nodes})
         with cluster.traffic() as traffic:
+            refused = cluster.playbooks.run("migrate-web.yml", changed_model, "-e",
+                                            "migrate_web_allow_other_weights=true")
             run = cluster.migrate(new)
+        assert refused.returncode != 0
+        assert (f"the web worker on {old} serves {DEFAULT_MODEL} (digest {serving[:12]}), the "
+                f"inventory names {OTHER_MODEL} for {new}: a move keeps the model, so name "
+                f"{DEFAULT_MODEL} in the inventory again (worker_ollama_model; cluster_model in "
+                "inventory/home) for the move, then change the model with upgrade-model.yml "
+                "(docs/upgrade-model.md). Nothing was changed, and the Coordinator's registry "
+                f"lists 1 alive web worker serving tasks:web: web-worker-{old} on {old} "
+                f"({cluster.nodes[old].address}), pid {pids[0]}") in refused.unfolded()
+        assert "PLAY [Redis users" not in refused.output
+        assert set(refused.changed().values()) == {0}
         assert run.returncode != 0
         assert (f"preflight on {new} stopped, nothing was changed on the running web worker: "
                 f"same model name, other weights: {new} has {DEFAULT_MODEL} {moved[:12]}, "

@@ -10,10 +10,10 @@ HOSTS = {"10.89.20.42": "lab-worker-slow", "10.89.20.43": "lab-worker-fast"}
 
 
 def worker(worker_id: str, host: str, pid: int, *, kind: str = "web", alive: bool = True,
-           since: float = 2.0, version: str = "2.1") -> dict:
+           since: float = 2.0, version: str = "2.1", models: tuple[str, ...] = ()) -> dict:
     return {"worker_id": worker_id, "host": host, "pid": pid, "kind": kind, "alive": alive,
             "version": version, "queues": ["tasks:web"] if kind == "web" else ["tasks:cpu:x"],
-            "seconds_since_heartbeat": since}
+            "models": list(models), "seconds_since_heartbeat": since}
 
 
 def registry(*workers: dict, ttl: float = 30.0) -> dict:
@@ -22,11 +22,14 @@ def registry(*workers: dict, ttl: float = 30.0) -> dict:
 
 def test_only_alive_workers_of_the_kind_are_read():
     seen, ttl = reg.parse_registry(registry(
-        worker("web-worker-lab-worker-slow", "10.89.20.42", 812),
+        worker("web-worker-lab-worker-slow", "10.89.20.42", 812, models=("llama3.2:3b",)),
         worker("web-worker-old", "10.89.20.41", 99, alive=False),
         worker("lab-ai-core", "10.89.20.40", 77, kind="inference"),
     ), "web")
-    assert [s.worker_id for s in seen] == ["web-worker-lab-worker-slow"]
+    assert [s.as_dict() for s in seen] == [{
+        "worker_id": "web-worker-lab-worker-slow", "host": "10.89.20.42", "pid": 812,
+        "version": "2.1", "queues": ["tasks:web"], "models": ["llama3.2:3b"],
+        "seconds_since_heartbeat": 2.0}]
     assert ttl == 30.0
 
 

@@ -401,8 +401,43 @@ def test_model_digest_problems_name_both_digests_and_what_to_do():
         f"pull {same} on new or pin it, or pass -e migrate_web_allow_other_weights=true"]
     renamed = models(new=("n:q8", other, ""), old=("m:q4", same, ""))
     assert cluster.model_digest_problems(["new"], ["old"], renamed) == [
-        f"new would serve n:q8 ({other[:12]}), old serves m:q4 ({same[:12]}): move with the "
-        "same model, or pass -e migrate_web_allow_other_weights=true"]
+        CHANGE.format(old="old", served="m:q4", digest=same[:12], wanted="n:q8", new="new")]
+
+
+# What a move that would also change the model says: what the old web worker serves, what
+# the inventory asks, and where a model is changed.
+CHANGE = ("the web worker on {old} serves {served} (digest {digest}), the inventory names "
+          "{wanted} for {new}: a move keeps the model, so name {served} in the inventory again "
+          "(worker_ollama_model; cluster_model in inventory/home) for the move, then change "
+          "the model with upgrade-model.yml (docs/upgrade-model.md)")
+
+
+def test_registered_model_is_the_model_the_alive_worker_registered_with():
+    workers = [{"worker_id": "web-worker-a", "models": ["m:q4"]},
+               {"worker_id": "web-worker-b", "models": []}]
+    assert cluster.registered_model(workers, "web-worker-a") == "m:q4"
+    # Registered no model (a web worker from before it did), or not alive: nothing known.
+    assert cluster.registered_model(workers, "web-worker-b") is None
+    assert cluster.registered_model(workers, "web-worker-c") is None
+    assert cluster.registered_model(None, "web-worker-a") is None
+
+
+def test_model_change_problems_name_what_is_served_what_is_asked_and_where_to_change_it():
+    digest = "a" * 64
+    # The new host's Ollama does not have the inventory's model yet: only names count.
+    changed = models(new=("n:q8", None, ""), old=("m:q4", digest, ""))
+    assert cluster.model_change_problems(["new"], ["old"], changed) == [
+        CHANGE.format(old="old", served="m:q4", digest=digest[:12], wanted="n:q8", new="new")]
+    # Names as Ollama matches them: llama3.2 is llama3.2:latest.
+    same = models(new=("llama3.2", None, ""), old=("llama3.2:latest", digest, ""))
+    assert cluster.model_change_problems(["new"], ["old"], same) == []
+    # An old Ollama that cannot be asked still has its worker's model named; no digest.
+    down = models(new=("n:q8", None, ""), old=("m:q4", None, "Ollama not reachable at x"))
+    assert cluster.model_change_problems(["new"], ["old"], down) == [
+        CHANGE.format(old="old", served="m:q4", digest="none", wanted="n:q8", new="new")]
+    # No old host, or one that published no model: nothing to keep.
+    assert cluster.model_change_problems(["new"], [], changed) == []
+    assert cluster.model_change_problems(["new"], ["gone"], {**changed, "gone": {}}) == []
 
 
 def test_model_digest_problems_when_an_ollama_cannot_be_asked_or_has_no_model():

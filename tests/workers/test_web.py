@@ -100,6 +100,8 @@ def test_start_up_lines_in_order_and_one_version(web_env, start_worker, coordina
     assert registered["host"] == "worker-host-a"
     assert registered["kind"] == "web"
     assert registered["queues"] == ["tasks:web"]
+    # The model it serves: what a move of the web worker keeps (migrate-web.yml).
+    assert registered["models"] == [web_env["OLLAMA_MODEL"]]
     assert registered["pid"] == worker.pid
 
 
