@@ -16,7 +16,9 @@ import tempfile
 from pathlib import PurePosixPath
 from typing import Any
 
+from ansible import constants as C
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 from ansible.utils.hashing import secure_hash
 
@@ -104,11 +106,42 @@ def write_archive(src: str | None, relpaths: list[str], archive: str,
                 tar.addfile(info, stream)
 
 
+def diff_entry(path: str, before: dict[str, Any], after: bytes, limit: int,
+               secrets: list[str]) -> dict[str, Any]:
+    """One file's entry of the task's diff, as Ansible's callbacks print it: the text on the
+    target (``before``, what the module's peek found) and the text it gets (``after``),
+    ``secrets`` masked in both; a binary file, or one larger than ``limit`` bytes (0: no
+    limit), only named, as ansible.builtin.copy does."""
+    entry: dict[str, Any] = {"before_header": path, "after_header": path}
+    if "larger" in before:
+        entry["dst_larger"] = limit
+    elif before.get("binary"):
+        entry["dst_binary"] = 1
+    else:
+        entry["before"] = remove_values(str(before.get("text", "")), secrets)
+    if 0 < limit < len(after):
+        entry["src_larger"] = limit
+    elif b"\0" in after:
+        entry["src_binary"] = 1
+    else:
+        entry["after"] = remove_values(after.decode("utf-8", "replace"), secrets)
+    return entry
+
+
+def new_bytes(src: str | None, relpath: str, content: dict[str, Any] | None) -> bytes:
+    """What the file ``relpath`` of the tree holds: its text in ``content``, else the file
+    under ``src`` on the controller."""
+    if content is not None:
+        return str(content[relpath]).encode()
+    with open(os.path.join(str(src), relpath), "rb") as stream:
+        return stream.read()
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False  # a remote temporary directory is made only when files must be sent
     _VALID_ARGS = frozenset(
         ("src", "content", "dest", "files", "exclude", "owner", "group", "mode",
-         "directory_mode")
+         "directory_mode", "secrets")
     )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -127,11 +160,21 @@ class ActionModule(ActionBase):
             src = self._find_needle(
                 "files", os.path.expanduser(str(args["src"]).rstrip("/") or "/"))
             manifest = build_manifest(src, args.get("files"), exclude)
-        module_args = {**args, "src": src, "exclude": exclude, "manifest": manifest}
+        module_args = {**args, "src": src, "exclude": exclude, "manifest": manifest,
+                       "max_diff_size": C.MAX_FILE_SIZE_FOR_DIFF}
         result.update(
             self._execute_module("sync_tree", module_args=module_args, task_vars=task_vars)
         )
         stale = result.get("updated") or []
+        # With --diff the module peeked at the stale files as they are now.
+        before = result.pop("diff_before", None)
+        if before is not None and not result.get("failed"):
+            secrets = [str(secret) for secret in args.get("secrets") or []]
+            result["diff"] = [
+                diff_entry(os.path.join(str(result.get("dest") or args["dest"]), relpath),
+                           before[relpath],
+                           new_bytes(src, relpath, content), C.MAX_FILE_SIZE_FOR_DIFF, secrets)
+                for relpath in stale]
         if result.get("failed") or not stale or self._task.check_mode:
             return result
         with tempfile.TemporaryDirectory(prefix="sync_tree.") as local_dir:

@@ -33,9 +33,20 @@ options:
       - Instead of O(src), the files' texts, by path relative to O(dest) (each written as
         UTF-8), for example templates rendered with P(ansible.builtin.template#lookup).
       - The texts stay on the controller; only their hashes are module arguments, and the
-        files that differ travel in the archive. Secrets in them still need C(no_log) on
-        the task, which hides the registered result.
+        files that differ travel in the archive. Name the secrets they hold in O(secrets),
+        so that C(--diff) shows them masked; C(no_log) on the task hides the whole result,
+        the diff too.
     type: dict
+  secrets:
+    description:
+      - Strings shown as C(********) in the diff, in the file as it is on the target and as
+        it will be (passwords and tokens the files hold, as they are spelled there).
+      - Never printed; like any C(no_log) option they are masked wherever the module's
+        result shows them.
+    type: list
+    elements: str
+    default: []
+    version_added: "0.5.0"
   dest:
     description:
       - Directory on the target; it is created with its parents when missing.
@@ -76,6 +87,12 @@ options:
       - Set by the action plugin, not by users. A tar archive on the target with the files
         to write.
     type: path
+  max_diff_size:
+    description:
+      - Set by the action plugin, not by users. Ansible's C(MAX_FILE_SIZE_FOR_DIFF), the
+        size above which a file on the target is not read for the diff.
+    type: int
+    version_added: "0.5.0"
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 attributes:
@@ -83,7 +100,11 @@ attributes:
     support: full
     details: Reports the files that would be written; nothing is sent or changed.
   diff_mode:
-    support: none
+    support: full
+    details: >-
+      Each file written (in check mode, that would be written) is shown as it is on the
+      target and as it will be, with O(secrets) masked; binary files and files larger than
+      Ansible's C(MAX_FILE_SIZE_FOR_DIFF) are named only, as M(ansible.builtin.copy) does.
 notes:
   - Nothing is deleted; a file removed from O(src) stays on the target.
   - Needs only the Python standard library on the target (Linux or macOS).
@@ -101,6 +122,14 @@ EXAMPLES = r"""
     dest: /opt/coordinator/wheels
     owner: root
     group: root
+
+- name: Write a service's environment file, its password masked in --diff
+  sync_tree:
+    content:
+      app.env: "PASSWORD={{ app_password }}\n"
+    secrets: ["{{ app_password }}"]
+    dest: /etc/app
+    mode: "0600"
 
 - name: Ship two programs out of a larger directory
   sync_tree:
@@ -222,6 +251,21 @@ def write_from_archive(archive: str, dest: str, manifest: Mapping[str, str]) -> 
     return written
 
 
+def peek(path: str, limit: int) -> dict[str, Any]:
+    """The file at ``path`` as the diff shows it before it is written: ``text`` (empty when
+    there is no regular file), or why not, ``binary`` (a NUL byte, as Ansible's own peek
+    decides) or ``larger`` than ``limit`` bytes (0: no limit)."""
+    if not os.path.isfile(path) or os.path.islink(path):
+        return {"text": ""}
+    if 0 < limit < os.path.getsize(path):
+        return {"larger": limit}
+    with open(path, "rb") as stream:
+        data = stream.read()
+    if b"\0" in data:
+        return {"binary": True}
+    return {"text": data.decode("utf-8", "replace")}
+
+
 def set_attributes(module: AnsibleModule, path: str, mode: Any, changed: bool) -> bool:
     owner, group = module.params["owner"], module.params["group"]
     if owner is not None:
@@ -253,7 +297,14 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         updated = write_from_archive(archive, dest, manifest)
     if updated and archive is None:
         # The action plugin sends these and calls again; nothing is set on them before that.
-        return {"changed": True, "dest": dest, "files": len(manifest), "updated": updated}
+        # With --diff it is told what they hold now (secrets masked: they are no_log values);
+        # not for a no_log task, whose diff Ansible would not show anyway.
+        result = {"changed": True, "dest": dest, "files": len(manifest), "updated": updated}
+        if module._diff and not module.no_log:
+            result["diff_before"] = {
+                relpath: peek(os.path.join(dest, relpath), module.params["max_diff_size"] or 0)
+                for relpath in updated}
+        return result
     for relpath in sorted(manifest):
         changed = set_attributes(
             module, os.path.join(dest, relpath), module.params["mode"], changed
@@ -278,6 +329,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "directory_mode": {"type": "raw", "default": "0755"},
     "manifest": {"type": "dict"},
     "archive": {"type": "path"},
+    "secrets": {"type": "list", "elements": "str", "no_log": True, "default": []},
+    "max_diff_size": {"type": "int"},
 }
 
 

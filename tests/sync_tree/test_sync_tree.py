@@ -146,6 +146,30 @@ def test_archive_written_by_the_plugin_round_trips(tree: Path, tmp_path: Path) -
     assert module.stale_files(str(dest), manifest) == []
 
 
+def test_peek_reads_text_and_names_what_it_does_not_show(tmp_path: Path) -> None:
+    (tmp_path / "text").write_text("PASS=x\n")
+    (tmp_path / "bin").write_bytes(b"\x00\x01")
+    (tmp_path / "big").write_text("x" * 11)
+    (tmp_path / "dir").mkdir()
+    assert module.peek(str(tmp_path / "text"), 10) == {"text": "PASS=x\n"}
+    assert module.peek(str(tmp_path / "bin"), 10) == {"binary": True}
+    assert module.peek(str(tmp_path / "big"), 10) == {"larger": 10}
+    assert module.peek(str(tmp_path / "big"), 0) == {"text": "x" * 11}
+    assert module.peek(str(tmp_path / "gone"), 10) == {"text": ""}
+    assert module.peek(str(tmp_path / "dir"), 10) == {"text": ""}
+
+
+def test_a_diff_entry_masks_the_secrets_and_names_binary_and_large_files() -> None:
+    entry = action.diff_entry("/etc/a.env", {"text": "PASS=old-secret\nA=1\n"},
+                              b"PASS=new-secret\nA=2\n", 100, ["old-secret", "new-secret"])
+    assert entry == {"before_header": "/etc/a.env", "after_header": "/etc/a.env",
+                     "before": "PASS=********\nA=1\n", "after": "PASS=********\nA=2\n"}
+    assert action.diff_entry("/b", {"binary": True}, b"\x00", 100, []) == {
+        "before_header": "/b", "after_header": "/b", "dst_binary": 1, "src_binary": 1}
+    assert action.diff_entry("/c", {"larger": 100}, b"x" * 101, 100, []) == {
+        "before_header": "/c", "after_header": "/c", "dst_larger": 100, "src_larger": 100}
+
+
 # --- playbook runs ----------------------------------------------------------------------
 
 PLAYBOOK = """
@@ -262,6 +286,35 @@ def test_check_mode_reports_and_writes_nothing(tree: Path, tmp_path: Path) -> No
     )
     assert rc == 0 and result["changed"] is True and result["updated"] == ["top.py"]
     assert not dest.exists()
+
+
+def test_check_mode_with_diff_shows_each_file_with_its_secrets_masked(tmp_path: Path) -> None:
+    dest = tmp_path / "etc"
+    dest.mkdir()
+    old = 'A="1"\nPASS="old-password-of-the-test"\nTOKEN="token-of-the-test"\n'
+    (dest / "a.env").write_text(old)
+    new = 'A="2"\nPASS="new-password-of-the-test"\nTOKEN="token-of-the-test"\n'
+    secrets = ["old-password-of-the-test", "new-password-of-the-test", "token-of-the-test"]
+    args = {"content": {"a.env": new, "b.service": "[Unit]\n"}, "dest": str(dest),
+            "secrets": secrets, "mode": "0600"}
+    rc, result, stdout = run_sync(tmp_path, args, "--check", "--diff")
+    assert rc == 0 and result["changed"] is True and result["updated"] == ["a.env", "b.service"]
+    assert result["diff"] == [
+        {"before_header": f"{dest}/a.env", "after_header": f"{dest}/a.env",
+         "before": 'A="1"\nPASS="********"\nTOKEN="********"\n',
+         "after": 'A="2"\nPASS="********"\nTOKEN="********"\n'},
+        {"before_header": f"{dest}/b.service", "after_header": f"{dest}/b.service",
+         "before": "", "after": "[Unit]\n"}]
+    assert not any(secret in stdout for secret in secrets)
+    assert (dest / "a.env").read_text() == old and not (dest / "b.service").exists()
+
+    # For real, the same diff, and the files written.
+    rc, result, _ = run_sync(tmp_path, args, "--diff")
+    assert rc == 0 and [entry["after"] for entry in result["diff"]] == [
+        'A="2"\nPASS="********"\nTOKEN="********"\n', "[Unit]\n"]
+    assert (dest / "a.env").read_text() == new
+    rc, result, _ = run_sync(tmp_path, args, "--diff")
+    assert rc == 0 and result["changed"] is False and "diff" not in result
 
 
 def test_a_missing_file_fails_with_what_to_fix(tree: Path, tmp_path: Path) -> None:
