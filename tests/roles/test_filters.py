@@ -11,6 +11,7 @@ import jinja2
 import psycopg2
 import pytest
 import yaml
+from ansible.module_utils.common.parameters import remove_values
 
 from tests.filter_kit import REPO, cluster, load, redis_role, worker
 
@@ -68,6 +69,24 @@ def test_with_a_token_key_each_worker_gets_its_own_token():
     assert "the-key" not in repr(resolved)
     without = worker.worker_records([{"name": "web-worker", "kind": "web"}], **SETTINGS)
     assert "COORDINATOR_TOKEN" not in without["envs"]["web-worker"]
+
+
+def test_the_secrets_are_named_as_the_environment_file_spells_them():
+    resolved = worker.worker_records(
+        [{"name": "web-worker", "kind": "web"}], **SETTINGS
+        | {"redis": {"user": "u", "password": 'r3dis "canary"'}}, token_key="the-key")
+    env = resolved["envs"]["web-worker"]
+    # What worker.env.j2 writes, and what sync_tree's diff then shows of it.
+    text = "".join(f'{name}="{worker.worker_env_quote(value)}"\n'
+                   for name, value in sorted(env.items()))
+    assert "secret" in text and "canary" in text and "worker.web-worker" in text
+    masked = remove_values(text, resolved["secrets"])
+    assert "secret" not in masked and "canary" not in masked and "worker.web-worker" not in masked
+    assert 'REDIS_PASSWORD="********"' in masked and 'COORDINATOR_TOKEN="********"' in masked
+    assert "user=coordinator password='********'" in masked
+    # The role reads a value back (worker_env_value) as the template quoted it.
+    line = next(line for line in text.splitlines() if line.startswith("PG_DSN="))
+    assert worker.worker_env_value({"rc": 0, "stdout": line}, "PG_DSN") == env["PG_DSN"]
 
 
 SHOW = """\

@@ -48,12 +48,13 @@ def asked_for_root(output: str) -> list[str]:
 ROLE_DEFAULTS = yaml.safe_load((REPO / "roles" / "worker" / "defaults" / "main.yml").read_text())
 
 
-def play(home: Path, instances: list[dict], entry: str = "darwin", **extra: object) -> str:
+def play(home: Path, instances: list[dict], entry: str = "darwin", check: bool = False,
+         **extra: object) -> str:
     extra_vars = {"test_home": str(home), "test_instances": instances, "test_entry": entry,
                   "ansible_python_interpreter": sys.executable, **extra}
     # -vvv: the most Ansible ever prints (module arguments, loop items), searched for secrets.
     result = run(["ansible-playbook", "-vvv", str(PLAYBOOK), "-i", "localhost,",
-                  "-e", json.dumps(extra_vars)])
+                  *(["--check", "--diff"] if check else []), "-e", json.dumps(extra_vars)])
     output = result.stdout + result.stderr
     if entry in ("darwin", "status", "install"):
         assert result.returncode == 0, output[-4000:]
@@ -85,9 +86,9 @@ class Runs:
     status: dict[str, dict] = field(default_factory=dict)  # the status entry point's facts
 
     def step(self, name: str, instances: list[dict], test_entry: str = "darwin",
-             **extra: object) -> None:
+             check: bool = False, **extra: object) -> None:
         before = len(calls(self.home)) if (self.home / "launchctl.json").exists() else 0
-        self.outputs[name] = play(self.home, instances, entry=test_entry, **extra)
+        self.outputs[name] = play(self.home, instances, entry=test_entry, check=check, **extra)
         self.calls[name] = calls(self.home)[before:]
 
 
@@ -109,6 +110,9 @@ def runs(tmp_path_factory) -> Runs:
     seq.step("status_first", BOTH, test_entry="status")
     seq.status["first"] = json.loads((home / "status.json").read_text())
     seq.step("second", BOTH)
+    seq.step("check_env_changed", BOTH, check=True, worker_env={"OLLAMA_TIMEOUT": "120"})
+    seq.plists["after_check"] = {label: plist(home, label).read_bytes()
+                                 for label in (WEB_LABEL, INFER_LABEL)}
     seq.step("env_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"})
     seq.step("code_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"}, test_code_changed=True)
     seq.step("absent", GONE, worker_env={"OLLAMA_TIMEOUT": "120"})
@@ -200,6 +204,18 @@ def test_legacy_load_unload_never_used(runs):
 def test_second_run_changes_nothing(runs):
     assert changed(runs.outputs["second"]) == 0, runs.outputs["second"][-3000:]
     assert not [c for c in runs.calls["second"] if c[0] in ("bootstrap", "bootout", "kickstart")]
+
+
+def test_check_mode_predicts_the_reload_of_a_changed_plist_and_changes_nothing(runs):
+    output = runs.outputs["check_env_changed"]
+    assert changed(output) > 0
+    # Each agent would be reloaded: launchd_agent's plan, read with print only.
+    for label in (WEB_LABEL, INFER_LABEL):
+        assert re.search(rf"- bootout\n\s+- gui/501/{re.escape(label)}\n", output), output[-3000:]
+    assert {c[0] for c in runs.calls["check_env_changed"]} <= {"print", "print-disabled"}
+    for label in (WEB_LABEL, INFER_LABEL):
+        assert plistlib.loads(runs.plists["after_check"][label])["EnvironmentVariables"] == (
+            runs.plists[label]["EnvironmentVariables"])
 
 
 def test_changed_plist_is_reloaded_with_bootout_then_bootstrap(runs):
@@ -474,7 +490,7 @@ class Mac:
         return str((self.venv / "bin" / "python").resolve())
 
     def play(self, entry: str = "install", instances: list[dict] | None = None,
-             **extra: object) -> str:
+             check: bool = False, **extra: object) -> str:
         settings = {"test_path": f"{self.path_bin}:/usr/bin:/bin:/usr/sbin:/sbin",
                     "worker_homebrew_prefix": str(self.prefix),
                     "worker__python_frameworks": str(self.frameworks),
@@ -483,7 +499,7 @@ class Mac:
                     "worker_files": ["worker_web.py"], "test_user": "nobody",
                     "worker_register_check": False, **extra}
         self.output = play(self.home, BOTH if instances is None else instances, entry=entry,
-                           **settings)
+                           check=check, **settings)
         return " ".join(self.output.split())
 
 
@@ -522,6 +538,33 @@ def test_brew_installs_its_python_when_missing_and_the_venv_is_built_from_it(mac
     asked = len(mac.brew_calls())
     assert changed(mac.play(entry="main", instances=[BOTH[0]])) == 0
     assert mac.brew_calls()[asked:] == []  # the virtualenv runs: brew is not even asked
+
+
+def test_check_mode_verifies_a_worker_a_run_leaves_running_and_skips_one_it_would_restart(
+        mac, coordinator):
+    url, workers = coordinator
+    (mac.root / "files" / "worker_web.py").write_text('VERSION = "9.9"\n')
+    mac.python_org("3.13")
+    running_agents(mac.home, [])
+    mac.play(entry="main", instances=[BOTH[0]], worker_coordinator_url=url)
+    verify = dict(instances=[BOTH[0]], check=True, worker_register_check=True,
+                  worker_coordinator_url=url, worker_register_retries=1,
+                  worker_register_delay=0)
+    # Converged: nothing would change, so the registration is read and checked as a run does.
+    workers.append({"worker_id": "web-worker-macbookair", "host": "10.89.20.43",
+                    "version": "9.9", "alive": True, "pid": 4242})
+    output = mac.play(entry="main", **verify)
+    assert changed(output) == 0 and "failed=0" in output, output[-3000:]
+    assert "TASK [worker : Wait until the Coordinator lists every worker alive" in output
+    workers.clear()
+    assert "web-worker (web-worker-macbookair) on localhost is not registered alive" in (
+        mac.play(entry="main", **verify))
+    # A run would reload the changed agent: nothing could register yet, nothing is checked.
+    before = len(calls(mac.home))
+    output = mac.play(entry="main", worker_env={"LAB_DRIFT": "1"}, **verify)
+    assert changed(output) > 0 and "failed=0" in output, output[-3000:]
+    assert "Wait until the Coordinator lists every worker alive" not in output
+    assert {c[0] for c in calls(mac.home)[before:]} <= {"print", "print-disabled"}
 
 
 def test_without_brew_the_newest_python_org_build_is_used(mac):

@@ -33,9 +33,31 @@ contract = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(contract)
 
 
+def libpq_escape(value: str) -> str:
+    """A libpq keyword/value's text between its single quotes: backslash and quote escaped."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
 def libpq_quote(value: str) -> str:
     """A libpq keyword/value: single-quoted, backslash and quote escaped."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "'" + libpq_escape(value) + "'"
+
+
+def worker_env_quote(value: Any) -> str:
+    """A value as worker.env.j2 writes it between the double quotes of a systemd
+    EnvironmentFile line: backslash and quote escaped (worker_env_value undoes it)."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def secret_spellings(secrets: Iterable[str]) -> list[str]:
+    """Every way a worker's environment file spells ``secrets``: each as it is and inside a
+    libpq quoted value (PG_DSN's password), both as worker.env.j2 quotes them; what sync_tree
+    masks in the diff of those files."""
+    spelled: set[str] = set()
+    for secret in (str(value) for value in secrets if value):
+        for form in (secret, libpq_escape(secret)):
+            spelled |= {form, worker_env_quote(form)}
+    return sorted(spelled)
 
 
 def pg_dsn(host: str, port: int | str, dbname: str, user: str, password: str,
@@ -68,7 +90,7 @@ def worker_records(
     coordinator_ca_file: str = "",
     code_digest: str = "",
 ) -> dict[str, Any]:
-    """{"records": [one per worker], "envs": {name: its environment}}.
+    """{"records": [one per worker], "envs": {name: its environment}, "secrets": [...]}.
 
     ``db`` holds host, port, name, optionally ``ssl_root_cert``, and either user and
     password or ``password_key`` and ``login_host``: the inventory host whose own login
@@ -90,7 +112,10 @@ def worker_records(
     With ``code_digest`` (worker_code_digest of the code shipped), WORKER_CODE_DIGEST holds
     it: no program reads it, but a worker's environment then changes with the code, so the
     converge that writes it restarts the worker, whichever run shipped the code (a move
-    ships it to a host and restarts only the web worker there)."""
+    ships it to a host and restarts only the web worker there).
+
+    ``secrets`` are the passwords and tokens the environments hold (the database's, Redis',
+    each COORDINATOR_TOKEN), as the environment files spell them (secret_spellings)."""
     redis_env = {"REDIS_USERNAME": (redis or {}).get("user") or "",
                  "REDIS_PASSWORD": (redis or {}).get("password") or ""}
     if redis and redis.get("password_key"):
@@ -148,7 +173,9 @@ def worker_records(
             "log": f"{log_dir}/{name}.log",
         })
         envs[name] = env
-    return {"records": records, "envs": envs}
+    secrets = [password, redis_env["REDIS_PASSWORD"],
+               *(env.get("COORDINATOR_TOKEN", "") for env in envs.values())]
+    return {"records": records, "envs": envs, "secrets": secret_spellings(secrets)}
 
 
 def systemd_units(show_output: str) -> dict[str, dict[str, str]]:
@@ -363,6 +390,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "worker_records": worker_records,
+            "worker_env_quote": worker_env_quote,
             "systemd_units": systemd_units,
             "worker_states": worker_states,
             "worker_env_value": worker_env_value,

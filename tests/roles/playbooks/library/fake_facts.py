@@ -7,7 +7,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}})
+    # It only reads its arguments: a --check play poses as the same OS.
+    module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}},
+                           supports_check_mode=True)
     module.exit_json(changed=False, ansible_facts=module.params["facts"])
 
 
