@@ -168,8 +168,9 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode the options are checked, but nothing is routed and nothing is
-      connected to.
+    details: In check mode the options and PostgreSQL (the login, the C(tasks) table) are
+      checked as a run checks them before routing; nothing is routed, and RV(msg) says what
+      a run would route and require.
   diff_mode:
     support: none
 notes:
@@ -231,7 +232,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 msg:
-  description: One line saying what was seen.
+  description: One line saying what was seen; in check mode, what a run would route and require.
   returned: always
   type: str
   sample: >-
@@ -348,6 +349,7 @@ from ansible.module_utils.coordinator_probe import (
     describe_http_error,
     describe_missing_table,
     describe_pg_connect_error,
+    describe_plan,
     describe_row_not_found,
     describe_success,
     describe_target,
@@ -534,16 +536,25 @@ class Probe:
             self.conn = None
 
 
+def expectation(params: dict[str, Any]) -> Expectation:
+    return Expectation(params["worker_host"], params["allow_fallback"],
+                       params["answered_model"], params["claimed_by_host"])
+
+
 def run(module: AnsibleModule, driver: Driver) -> dict[str, Any]:
     probe = Probe(module, driver)
     try:
         probe.connect()
+        if module.check_mode:
+            params = module.params
+            return {"changed": False, "msg": describe_plan(
+                params["coordinator_url"].rstrip("/"), params["task_type"],
+                params["target_worker"], params["timeout"], expectation(params), probe.target)}
         started = time.monotonic()
         row = probe.wait(probe.route(), started)
     finally:
         probe.close()
-    expect = Expectation(module.params["worker_host"], module.params["allow_fallback"],
-                         module.params["answered_model"], module.params["claimed_by_host"])
+    expect = expectation(module.params)
     failure = judge_final(row, expect)
     if failure:
         raise ProbeError(failure, result_fields(row))
@@ -565,8 +576,6 @@ def main() -> None:
     ) or describe_url_problem(params["coordinator_url"], params["ca_path"] or None)
     if bad_option:
         module.fail_json(msg=bad_option)
-    if module.check_mode:
-        module.exit_json(changed=False, msg="check mode: no task routed")
     driver = load_driver()
     if driver is None:
         module.fail_json(msg=NO_DRIVER_MESSAGE.format(python=sys.executable))

@@ -421,6 +421,25 @@ def result_fields(row: TaskRow) -> dict[str, Any]:
     }
 
 
+def describe_plan(coordinator_url: str, task_type: str, target_worker: str | None,
+                  timeout: int, expect: Expectation, target: str) -> str:
+    """What a run would do, in one line: check mode routes nothing (a routed task is a row in
+    ``tasks`` and work for a worker), so this is all it can say once PostgreSQL answered."""
+    to = f" to worker {target_worker}" if target_worker else ""
+    wanted = [f"within {timeout}s"]
+    if expect.worker_host:
+        wanted.append(f"on {expect.worker_host}")
+    if expect.claimed_by_host:
+        wanted.append(f"claimed by {expect.claimed_by_host}'s own login "
+                      f"{worker_db_role(expect.claimed_by_host)}")
+    if expect.answered_model:
+        wanted.append(f"answered by {expect.answered_model}")
+    if not expect.allow_fallback:
+        wanted.append("without a fallback answer")
+    return (f"check mode: would route a {task_type} task{to} through {coordinator_url} and "
+            f"require it done in PostgreSQL ({target}) {', '.join(wanted)}; nothing was routed")
+
+
 def describe_success(row: TaskRow) -> str:
     seconds, _start_delay = durations(row)
     took = f" in {seconds:g}s" if seconds is not None else ""

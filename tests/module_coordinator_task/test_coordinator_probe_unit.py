@@ -482,3 +482,13 @@ def test_check_options():
         "timeout=0 is too small: give the task at least 1 second (default 60)"
     )
     assert probe.check_options(url, 5, 0) == "poll_interval=0 must be above 0 seconds (default 1)"
+
+
+def test_the_plan_of_check_mode_names_what_a_run_would_route_and_require():
+    expect = probe.Expectation(worker_host=None, allow_fallback=True,
+                               answered_model="llama3.2:3b")
+    assert probe.describe_plan("https://ai-core:8000", "chat", "macbookair", 120, expect,
+                               "user coordinator at 127.0.0.1:5432, database coordinator") == (
+        "check mode: would route a chat task to worker macbookair through https://ai-core:8000 "
+        "and require it done in PostgreSQL (user coordinator at 127.0.0.1:5432, database "
+        "coordinator) within 120s, answered by llama3.2:3b; nothing was routed")

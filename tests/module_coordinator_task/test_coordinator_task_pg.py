@@ -149,3 +149,30 @@ def test_bad_url_fails_even_in_check_mode(tasks_db, run_probe):
     assert run.msg == (
         "coordinator_url='127.0.0.1:8000' is not an http(s) URL: use e.g. http://ai-core:8000"
     )
+
+
+def test_check_mode_checks_postgresql_routes_nothing_and_says_what_a_run_would_do(
+        tasks_db, run_probe, sql_worker):
+    before = sql_worker.count()
+    url = coordinator_nowhere()
+    run = run_probe({"coordinator_url": url + "/", "prompt": "x", "worker_host": "192.168.0.43",
+                     "claimed_by_host": "macbookair", "timeout": 90, **pg_args(tasks_db)},
+                    check=True)
+    assert run.rc == 0, run.stdout + run.stderr
+    assert run.result["changed"] is False and "task_id" not in run.result
+    assert run.msg == (
+        f"check mode: would route a web_search task through {url} and require it done in "
+        f"PostgreSQL (user coordinator at 127.0.0.1:{tasks_db.port}, database {tasks_db.name}) "
+        "within 90s, on 192.168.0.43, claimed by macbookair's own login worker_macbookair, "
+        "without a fallback answer; nothing was routed")
+    assert sql_worker.count() == before
+
+
+def test_check_mode_fails_on_a_refused_login_as_a_run_does(tasks_db, run_probe):
+    run = run_probe({"coordinator_url": coordinator_nowhere(), "prompt": "x",
+                     "task_type": "chat", "target_worker": "macbookair",
+                     "answered_model": "llama3.2:3b", "allow_fallback": True,
+                     **pg_args(tasks_db, login_password="wrong-password")}, check=True)
+    assert run.failed
+    assert run.msg.startswith(f"PostgreSQL refused login for user coordinator at "
+                              f"127.0.0.1:{tasks_db.port}, database {tasks_db.name}: ")

@@ -258,7 +258,8 @@ def test_check_mode_routes_nothing(coordinator, tasks_db, sql_worker, run_probe)
     run = run_probe(probe_args(coordinator, tasks_db, unique_prompt("check")), check=True)
     assert run.rc == 0, run.stdout + run.stderr
     assert run.result["changed"] is False
-    assert run.msg == "check mode: no task routed"
+    assert run.msg.startswith(f"check mode: would route a web_search task through "
+                              f"{coordinator.url} and require it done in PostgreSQL (")
     assert "task_id" not in run.result
     assert sql_worker.count() == before
 
