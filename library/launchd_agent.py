@@ -128,7 +128,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: The agent as launchd reports it after the module ran.
+  description: The agent as launchd reports it after the module ran; in check mode, as it
+    would be (loaded and enabled as planned, a process only where one runs now).
   returned: when O(label) is set
   type: dict
   contains:
@@ -159,7 +160,8 @@ pids:
       description: The pid launchd reported before any change.
       type: int
     after:
-      description: The pid launchd reports at the end (in check mode, the one before).
+      description: The pid launchd reports at the end (in check mode, 0 for an agent it
+        would unload, else the one before).
       type: int
   sample: {before: 812, after: 1207}
 commands:

@@ -142,8 +142,11 @@ def test_http_error_on_pull_fails_with_ollamas_message(refusing_server, run_modu
     )
 
 
-def test_unreachable_ollama_is_one_line(closed_url, run_module):
-    result = run_module({"name": "llama3.2:3b", "host": closed_url})
+# In check mode too: the ollama role's models.yml reads this line to tell a server its run
+# did not start from one that is down.
+@pytest.mark.parametrize("check", [False, True])
+def test_unreachable_ollama_is_one_line(closed_url, run_module, check):
+    result = run_module({"name": "llama3.2:3b", "host": closed_url}, check=check)
     assert result["failed"] is True
     assert result["msg"] == (
         f"Ollama not reachable at {closed_url}: is the service running / is OLLAMA_HOST right? "

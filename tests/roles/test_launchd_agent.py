@@ -158,6 +158,27 @@ def test_check_mode_says_what_it_would_do_and_does_nothing(mac):
     assert mac.changing_calls() == []
 
 
+@pytest.mark.parametrize(("state", "enabled", "verbs", "pid_after"), [
+    ("stopped", False, ["disable", "bootout"], 0),
+    ("restarted", None, ["kill", "kickstart"], 812),
+    ("reloaded", None, ["bootout", "bootstrap"], 812),
+])
+def test_check_mode_predicts_the_stop_restart_or_reload_of_a_running_agent(
+        mac, state, enabled, verbs, pid_after):
+    mac.set(loaded=[LABEL], pids={LABEL: 812})
+    args = {"label": LABEL, "plist": str(mac.plist), "domain": f"gui/{UID}", "state": state}
+    host = mac.module("--check", "--diff", **args,
+                      **({} if enabled is None else {"enabled": enabled}))
+    assert host["changed"] is True
+    assert [command[0] for command in host["commands"]] == verbs
+    assert host["pids"] == {"before": 812, "after": pid_after}
+    assert host["diff"]["before"] == {"loaded": True, "enabled": True}
+    assert host["diff"]["after"]["loaded"] is (state != "stopped")
+    # Only read: launchd still runs it, with the same pid.
+    assert mac.changing_calls() == []
+    assert mac.state["loaded"] == [LABEL]
+
+
 NOT_LOGGED_IN = (f"{USER} is not logged in at the console, so launchd has no gui/{UID} domain "
                  "for its agents (FileVault turns automatic login off, and a restart logs "
                  "everyone out): log in at the console or enable automatic login, then run "
