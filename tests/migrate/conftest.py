@@ -25,8 +25,8 @@ from lab.throwaway import wait_until
 
 LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 FIGURES = LOG_DIR / "figures.json"
-ORDER = ["test_hardening.py", "test_migrate_web.py", "test_faults.py", "test_macos.py",
-         "test_readme.py", "test_upgrade_model.py", "test_secrets.py"]
+ORDER = ["test_hardening.py", "test_check_mode.py", "test_migrate_web.py", "test_faults.py",
+         "test_macos.py", "test_readme.py", "test_upgrade_model.py", "test_secrets.py"]
 WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 

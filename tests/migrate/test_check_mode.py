@@ -1,0 +1,194 @@
+"""Check mode tells the truth, on the lab of conftest.py as the first converge left it (the
+web worker on lab-worker-slow):
+
+1. on the converged cluster, `--check --diff` of site.yml, migrate-web.yml, drain.yml and
+   upgrade-model.yml fails nothing and reports changed=0 on every host (drain.yml asked to
+   drain says it would, and drains nothing);
+2. a move checked (web_workers edited) says what a run would do, in one line where a step
+   cannot be known without acting, rolls nothing back and changes nothing;
+3. drift made by hand (a pg_hba.conf line removed, an environment file and a unit edited, a
+   worker stopped, a model removed from Ollama): `site.yml --check --diff` reports each as
+   changed, with the diff of each file, its secrets masked, and leaves all of it as it is;
+   site.yml then repairs it.
+
+That a no-op run after a repair changes nothing is proven by test_readme.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import coordinator_contract as contract
+import pytest
+import requests
+
+from lab.standins.ollama import DEFAULT_MODEL
+
+OLD, NEW = "lab-worker-slow", "lab-macbookair"
+DB_HOST = "lab-ai-core"
+CHECK = ("--check", "--diff")
+UPGRADE = ("-e", "upgrade_model_tasks=6")
+# Said only where something was undone or did not start: never by a run that changed nothing.
+UNTRUE = ("rolled back", "did not come up", "Roll back -")
+
+
+def assert_no_change_and_true(run, hosts: list[str]) -> None:
+    assert run.returncode == 0, run.output[-6000:]
+    assert run.changed() == dict.fromkeys(hosts, 0), run.changed()
+    assert not [line for line in UNTRUE if line in run.output], run.output[-6000:]
+
+
+def hba_file(cluster) -> str:
+    return cluster.nodes[DB_HOST].sh("sh", "-c", "ls /etc/postgresql/*/main/pg_hba.conf",
+                                     check=True).stdout.strip()
+
+
+def read(node, path: str) -> str:
+    return node.sh("cat", path, check=True).stdout
+
+
+def ollama_models(cluster, host: str) -> list[str]:
+    answer = requests.get(f"http://{cluster.nodes[host].address}:11434/api/tags", timeout=10)
+    answer.raise_for_status()
+    return [model["name"] for model in answer.json()["models"]]
+
+
+@pytest.mark.timeout(1800)
+def test_check_mode_of_each_playbook_on_the_converged_cluster_changes_nothing(cluster) -> None:
+    assert cluster.web_host() == OLD
+    inventory, hosts = cluster.inventory(OLD), list(cluster.nodes)
+
+    site = cluster.playbooks.run("site.yml", inventory, *CHECK)
+    assert_no_change_and_true(site, hosts)
+    # Nothing would start or restart: the workers were verified as they run, as a run does.
+    assert "TASK [worker : Wait until the Coordinator lists every worker alive" in site.output
+
+    migrate = cluster.playbooks.run("migrate-web.yml", inventory, *CHECK)
+    assert_no_change_and_true(migrate, hosts)
+    text = migrate.unfolded()
+    assert (f"check mode: would route a web_search task through {cluster.coordinator.url} "
+            "and require it done in PostgreSQL") in text
+    assert (f"registry: the Coordinator's registry lists 1 alive web worker serving tasks:web: "
+            f"web-worker-{OLD} on {OLD}") in text
+
+    undrain = cluster.playbooks.run("drain.yml", inventory, *CHECK, "-e", f"drain_hosts={NEW}",
+                                    "-e", "drain_state=undrained")
+    assert_no_change_and_true(undrain, ["localhost", NEW])
+    # Asked to drain, it says it would, for every worker of the host, and drains nothing.
+    address = cluster.nodes[NEW].address
+    drain = cluster.playbooks.run("drain.yml", inventory, *CHECK, "-e", f"drain_hosts={NEW}")
+    assert drain.returncode == 0, drain.output[-6000:]
+    assert drain.changed() == {"localhost": 0, NEW: 1}
+    on_the_host = {w["worker_id"]: w for w in cluster.coordinator.workers().values()
+                   if w["host"] == address and w["alive"]}
+    assert on_the_host
+    for worker_id, worker in on_the_host.items():
+        assert f"{worker_id} on {address} (alive, 0 in flight): would be drained now" in (
+            drain.unfolded())
+        assert (worker["state"], worker["drain_requested_at"]) == ("alive", None)
+
+    upgrade = cluster.playbooks.run("upgrade-model.yml", inventory, *CHECK, *UPGRADE)
+    assert_no_change_and_true(upgrade, hosts)
+    text = upgrade.unfolded()
+    assert text.count("| already on it") == 3
+    assert "check mode: would route a chat task to worker" in text
+    cluster.assert_one_web_worker(OLD)
+
+
+@pytest.mark.timeout(1800)
+def test_a_move_checked_says_what_a_run_would_do_and_changes_nothing(cluster) -> None:
+    old_node, db = cluster.nodes[OLD], cluster.nodes[DB_HOST]
+    hba_before = read(db, hba_file(cluster))
+    acl_before = read(db, "/etc/redis/users.acl")
+    checked = cluster.playbooks.run("migrate-web.yml", cluster.inventory(NEW), *CHECK)
+    assert checked.returncode == 0, checked.output[-6000:]
+    assert not [line for line in UNTRUE if line in checked.output], checked.output[-6000:]
+    text = checked.unfolded()
+    # What a run does first (its Redis user and grant for tasks:web) is not done: the check
+    # that needs it says so instead of failing.
+    assert re.search(rf"check mode: a start-up check fails on {NEW} now, on what a real run "
+                     r"writes before it checks again .*: Redis check FAILED", text)
+    assert (f"check mode: a real run would (re)start the web worker web-worker-{NEW} on {NEW} "
+            "and wait until the Coordinator lists it alive") in text
+    assert f"web-worker-{OLD} on {old_node.address} (alive, 0 in flight): would be drained now" in (
+        text)
+    assert re.search(rf"check mode: would route a web_search task through \S+ and require it "
+                     rf"done in PostgreSQL \(.*\) within \d+s, on {cluster.nodes[NEW].address}, "
+                     rf"claimed by {NEW}'s own login {contract.worker_db_role(NEW)}", text)
+    assert (f"check mode: nothing was started or stopped; a real run would require the web "
+            f"worker running on {NEW}") in text
+    assert f"after a real run: {NEW}" in text
+    # The old host's line would go (its only worker is the web worker): shown, not done.
+    assert re.search(rf"^-host\S*\s.*{re.escape(old_node.address)}/32", checked.output, re.M)
+    assert checked.changed()[NEW] > 0 and checked.changed()[DB_HOST] > 0
+
+    # Nothing changed: the old worker serves, undrained, enabled; the new host has no web
+    # worker; PostgreSQL's and Redis' grants are as they were.
+    cluster.assert_one_web_worker(OLD)
+    assert old_node.worker_enabled()
+    assert cluster.coordinator.workers()[f"web-worker-{OLD}"]["drain_requested_at"] is None
+    new_node = cluster.nodes[NEW]
+    assert new_node.sh("test", "-e", new_node.worker_service_file()).returncode != 0
+    assert read(db, hba_file(cluster)) == hba_before
+    assert read(db, "/etc/redis/users.acl") == acl_before
+
+
+@pytest.mark.timeout(1800)
+def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(cluster) -> None:
+    db, old_node = cluster.nodes[DB_HOST], cluster.nodes[OLD]
+    hba, env_file = hba_file(cluster), "/etc/coordinator-worker/inference-worker.env"
+    unit_file = db.worker_service_file("inference-worker")
+    env_before, unit_before = read(db, env_file), read(db, unit_file)
+    shutdown = next(line for line in env_before.splitlines()
+                    if line.startswith("SHUTDOWN_TIMEOUT="))
+    assert "RestartSec=3\n" in unit_before
+
+    # The drift, by hand: the web host's pg_hba.conf line, the database host's inference
+    # worker's environment file and unit, the web worker stopped, its host's model deleted.
+    db.sh("sed", "-i", f"/{old_node.address}\\/32/d", hba, check=True)
+    db.sh("pg_ctlcluster", "15", "main", "reload", check=True)
+    db.sh("sed", "-i", 's/^SHUTDOWN_TIMEOUT=.*/SHUTDOWN_TIMEOUT="77"/', env_file, check=True)
+    db.sh("sed", "-i", "s/^RestartSec=3$/RestartSec=9/", unit_file, check=True)
+    old_node.sh("systemctl", "stop", "web-worker.service", check=True)
+    requests.delete(f"http://{old_node.address}:11434/api/delete",
+                    json={"model": DEFAULT_MODEL}, timeout=10).raise_for_status()
+    assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
+    drifted = {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file)}
+    infer_pids = db.processes("worker_infer.py")
+
+    checked = cluster.playbooks.run("site.yml", cluster.inventory(OLD), *CHECK)
+    assert checked.returncode == 0, checked.output[-6000:]
+    assert checked.changed()[DB_HOST] > 0 and checked.changed()[OLD] > 0, checked.changed()
+    out = checked.output
+    # Each drift, with the diff of its file: the line that would come back, the values that
+    # would be written again (the file's secrets masked, never shown).
+    assert re.search(rf"^\+host\S*\s.*{re.escape(old_node.address)}/32", out, re.M), out[-6000:]
+    assert re.search(r'^-SHUTDOWN_TIMEOUT="77"$', out, re.M)
+    assert re.search(rf"^\+{re.escape(shutdown)}$", out, re.M)
+    assert re.search(r"^-RestartSec=9$", out, re.M) and re.search(r"^\+RestartSec=3$", out, re.M)
+    for name in ("REDIS_PASSWORD", "COORDINATOR_TOKEN"):
+        value = next(line.split("=", 1)[1].strip('"') for line in env_before.splitlines()
+                     if line.startswith(f"{name}="))
+        assert value not in out, f"{name} of {env_file} is in the output"
+    assert f"would pull {DEFAULT_MODEL} (check mode)" in checked.unfolded()
+    assert re.search(r"changed: \[lab-worker-slow\] => \(item=web-worker\.service\)", out), (
+        out[-6000:])
+
+    # Left as it is.
+    assert {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file)} == (
+        drifted)
+    assert not old_node.worker_active()
+    assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
+    assert db.processes("worker_infer.py") == infer_pids
+
+    repaired = cluster.playbooks.run("site.yml", cluster.inventory(OLD))
+    assert repaired.returncode == 0, repaired.output[-6000:]
+    assert repaired.changed()[DB_HOST] > 0 and repaired.changed()[OLD] > 0
+    assert re.search(rf"\s{re.escape(old_node.address)}/32\s", read(db, hba))
+    assert (read(db, env_file), read(db, unit_file)) == (env_before, unit_before)
+    assert contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
+    # The inference worker restarted with its files; the web worker serves again.
+    assert db.processes("worker_infer.py") != infer_pids
+    cluster.assert_one_web_worker(OLD)
+    task = cluster.coordinator.search()
+    assert (task["status"], task["worker_host"]) == ("done", old_node.address), task
