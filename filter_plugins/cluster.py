@@ -131,8 +131,8 @@ def site_left_out(play_hosts: Iterable[str], groups: Mapping[str, Any],
         if needed & workers:
             for host, kept in held.items():
                 if host not in needed:
-                    written = [w for _, what in kept for w in what]
-                    reasons[host] = (f"the {_and([name for name, _ in kept])} host, where "
+                    written = [thing for store in kept for thing in store[1]]
+                    reasons[host] = (f"the {_and([store[0] for store in kept])} host, where "
                                      f"{whose}'s {_and(written)} "
                                      f"{'are' if len(written) > 1 else 'is'} written")
                     added.add(host)
