@@ -79,6 +79,90 @@ def worker_addresses(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> dict[
     return {record["host"]: host for host, record in _statuses(hosts, hostvars)}
 
 
+def left_out_hosts(play_hosts: Iterable[str], groups: Mapping[str, Any],
+                   hostvars: Mapping[str, Any], declared_group: str) -> list[dict[str, Any]]:
+    """{host: address, name, declared_in} of each inventory host a run limited with
+    ``--limit`` leaves out (``play_hosts``: ansible_play_hosts_all of a play on all hosts), as
+    coordinator_workers takes them in ``left_out``: ``declared_in`` is ``declared_group``
+    when the host is in it (groups and hostvars are the whole inventory's, whatever the
+    limit). The address is the one its workers register with: the inventory's
+    worker_node_address, else node_address (the worker role's default)."""
+    run = set(play_hosts)
+    declared = set(groups.get(declared_group) or ())
+    left = []
+    for name in groups.get("all") or ():
+        values = hostvars[name]
+        address = values.get("worker_node_address") or values.get("node_address")
+        if name not in run and address:
+            left.append({"host": str(address), "name": name,
+                         "declared_in": declared_group if name in declared else None})
+    return left
+
+
+def _and(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
+def site_left_out(play_hosts: Iterable[str], groups: Mapping[str, Any],
+                  worker_groups: Iterable[str], database_group: str = "database",
+                  redis_group: str = "redis") -> dict[str, str]:
+    """The hosts a site.yml run on ``play_hosts`` (after ``--limit``) needs but leaves out,
+    each with why. A worker host's pg_hba.conf line, login and grant are written on the
+    database host, its Redis user on the Redis host: a worker host needs them. Those grants
+    are derived from every worker host's records (coordinator_contract.worker_grants), and
+    a run that wrote them without a left-out host's would drop its grant: the database and
+    Redis hosts need every worker host. Followed until nothing is added."""
+    workers = {h for group in worker_groups for h in groups.get(group) or ()}
+    # What each store holds of a worker host, and how it is named.
+    stores = {database_group: ("database", ["pg_hba.conf line", "login", "grant"]),
+              redis_group: ("Redis", ["Redis user"])}
+    held: dict[str, list[tuple[str, list[str]]]] = {}
+    for group, store in stores.items():
+        for host in groups.get(group) or ():
+            held.setdefault(host, []).append(store)
+    run = set(play_hosts)
+    # The worker hosts named are the run's own; a run of a store alone pulls in every
+    # worker host, which then pulls in the other stores for all of them.
+    whose = ", ".join(sorted(run & workers)) or "every worker host"
+    needed = set(run)
+    reasons: dict[str, str] = {}
+    while True:
+        added: set[str] = set()
+        if needed & workers:
+            for host, kept in held.items():
+                if host not in needed:
+                    written = [thing for store in kept for thing in store[1]]
+                    reasons[host] = (f"the {_and([store[0] for store in kept])} host, where "
+                                     f"{whose}'s {_and(written)} "
+                                     f"{'are' if len(written) > 1 else 'is'} written")
+                    added.add(host)
+        if needed & set(held):
+            for host in workers - needed:
+                reasons[host] = ("the grants written on the database and Redis hosts are "
+                                 "derived from the workers of every worker host")
+                added.add(host)
+        if not added:
+            return reasons
+        needed |= added
+
+
+def limit_refusal(left_out: Mapping[str, str], play_hosts: Iterable[str],
+                  all_hosts: Iterable[str], now: str) -> str:
+    """The one line that stops a run whose ``--limit`` leaves out hosts it needs
+    (``left_out``: host -> why): those hosts, ``now`` (what is true at this moment) and the
+    exact ``--limit`` to run with, the inventory's hosts in its order."""
+    hosts = list(all_hosts)
+    grouped: dict[str, list[str]] = {}
+    for host in hosts:
+        if host in left_out:
+            grouped.setdefault(left_out[host], []).append(host)
+    limit = [h for h in hosts if h in set(play_hosts) | set(left_out)]
+    every = ", which is every host: the same as no --limit" if len(limit) == len(hosts) else ""
+    return ("--limit leaves out hosts this run needs: "
+            + "; ".join(f"{', '.join(names)} ({why})" for why, names in grouped.items())
+            + f". {now}: run again with --limit {','.join(limit)}{every}")
+
+
 def process_problems(results: Iterable[Mapping[str, Any]], want: Mapping[str, int | None],
                      program: str) -> list[str]:
     """What is wrong with the registered results of `pgrep -f <program>` looped over hosts:
@@ -361,6 +445,9 @@ class FilterModule:
             "reach_problems": reach_problems,
             "running_workers": running_workers,
             "worker_addresses": worker_addresses,
+            "left_out_hosts": left_out_hosts,
+            "site_left_out": site_left_out,
+            "limit_refusal": limit_refusal,
             "process_problems": process_problems,
             "registered_model": registered_model,
             "model_change_problems": model_change_problems,

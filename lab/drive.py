@@ -404,3 +404,80 @@ def sshd_stopped(node: Node) -> Iterator[None]:
         yield
     finally:
         node.start_sshd()
+
+
+# -- commands the docs give a user -------------------------------------------------------------
+
+#: Where docs/operating.md routes a task and reads it back with curl, as a user types it.
+CURL_PROOF = (REPO / "docs" / "operating.md", "## A task by hand, with curl")
+#: The placeholder of that read for the id the route answers.
+TASK_ID_PLACEHOLDER = "<task_id>"
+
+
+def documented_commands(doc: Path, heading: str) -> list[str]:
+    """The commands of the first ```sh block in the section ``heading`` of the Markdown file
+    ``doc``, as a shell reads them: a line ending in a backslash goes on in the next one, and
+    comments and blank lines are left out."""
+    lines = doc.read_text().splitlines()
+    if heading not in lines:
+        raise ValueError(f"{doc} has no heading {heading!r}")
+    level = len(heading) - len(heading.lstrip("#"))
+    fence: str | None = None  # the language of the fenced block the line is in
+    block: list[str] = []
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("```"):
+            if fence == "sh":
+                return _shell_commands(block)
+            fence = None if fence is not None else line[3:].strip()
+        elif fence == "sh":
+            block.append(line)
+        elif fence is None and (found := re.match(r"(#+) ", line)) and (
+                len(found.group(1)) <= level):
+            break
+    raise ValueError(f"the section {heading!r} of {doc} has no ```sh block")
+
+
+def _shell_commands(lines: list[str]) -> list[str]:
+    commands: list[str] = []
+    current = ""
+    for line in lines:
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current += line
+        if line.endswith("\\"):
+            current += "\n"
+            continue
+        commands.append(current)
+        current = ""
+    if current:
+        raise ValueError(f"a command ends in a backslash with nothing after it: {current!r}")
+    return commands
+
+
+def home_coordinator_address() -> str:
+    """The Coordinator's address in inventory/home, the example the docs' commands use."""
+    hosts = yaml.safe_load((REPO / "inventory" / "home" / "hosts.yml").read_text())["all"]
+    name = next(iter(hosts["children"]["coordinator"]["hosts"]))
+    return hosts["hosts"][name]["node_address"]
+
+
+def curl_proof(coordinator_address: str) -> tuple[str, str]:
+    """docs/operating.md's two curl commands (CURL_PROOF) as two shell scripts, each with the
+    lines that set what they use (the CA, the token): POST /route, and GET /task with
+    TASK_ID_PLACEHOLDER for the id the first answers. The Coordinator's address, the doc's
+    one placeholder besides the id (inventory/home's), becomes ``coordinator_address``."""
+    commands = documented_commands(*CURL_PROOF)
+    setup = [c for c in commands if not c.startswith("curl ")]
+    route = [c for c in commands if c.startswith("curl ") and "/route" in c]
+    read = [c for c in commands if c.startswith("curl ") and f"/task/{TASK_ID_PLACEHOLDER}" in c]
+    home = home_coordinator_address()
+    if len(route) != 1 or len(read) != 1 or len(setup) + 2 != len(commands) or not all(
+            f"https://{home}:" in c for c in route + read):
+        raise ValueError(f"{CURL_PROOF[0]} ({CURL_PROOF[1]}) does not give one curl POST "
+                         f"/route and one GET /task/{TASK_ID_PLACEHOLDER}, both to https://"
+                         f"{home}, after the lines they need: {commands}")
+
+    def script(command: str) -> str:
+        return "\n".join([*setup, command.replace(home, coordinator_address)])
+
+    return script(route[0]), script(read[0])

@@ -29,7 +29,9 @@ description:
     V(task <id> done on ai-core, expected macbookair);
     V(task <id> is done, and the row claims host macbookair but was claimed by login
     worker_ai_core, not macbookair's own worker_macbookair: ...);
-    V(task <id> done with fallback: summarisation failed on macbookair);
+    V(task <id> done with fallback on macbookair: No search results: SearXNG's engines did
+    not answer: google (timeout\)) (the first line of a fallback answer, where the worker
+    says why: summarisation failed, or SearXNG's engines did not answer; cut short);
     V(task <id> failed on macbookair: <error>).
   - Routing a task inserts a row, but the module is a verification probe and, like
     M(community.postgresql.postgresql_ping), always reports C(changed=false), so a re-run of
@@ -84,8 +86,9 @@ options:
     version_added: "0.3.0"
   allow_fallback:
     description:
-      - Whether an answer made of the raw search results (summarisation failed on the worker)
-        is acceptable. By default such an answer fails the task.
+      - Whether a fallback answer is acceptable (the raw search results because summarisation
+        failed on the worker, or why there are none because SearXNG's engines did not answer).
+        By default such an answer fails the task, quoting the worker's reason.
     type: bool
     default: false
   answered_model:
@@ -273,7 +276,9 @@ worker_host:
   type: str
   sample: macbookair
 fallback:
-  description: Whether the answer is the raw search results because summarisation failed.
+  description: >-
+    Whether the answer is a fallback, not the model's: the raw search results because
+    summarisation failed, or why there are none because SearXNG's engines did not answer.
   returned: when the task's row was read
   type: bool
   sample: false

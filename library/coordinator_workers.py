@@ -19,8 +19,12 @@ description:
     worker nobody manages.
   - It is the second witness of a web worker move. Ansible sees the hosts it reaches and the
     services it manages; the registry sees every worker that heartbeats, wherever it runs. A
-    copy started by hand, a host outside the inventory or one left out of the run would
-    otherwise go unseen while it takes tasks from a shared queue.
+    copy started by hand or a host outside the inventory would otherwise go unseen while it
+    takes tasks from a shared queue.
+  - A run limited with C(--limit) asks only some hosts' service managers. A worker on a host
+    of O(left_out) that the inventory declares there is neither expected nor unaccounted,
+    and RV(serving) says it was left out; on a left-out host that declares none it is
+    unaccounted.
   - A worker that stops cleanly deregisters at once; one that was killed stays listed alive
     until the heartbeat TTL runs out. O(wait_for_heartbeats) waits that long for such entries
     to go, and for new workers to register, before judging; a worker nobody accounts for
@@ -62,10 +66,32 @@ options:
         here is reported as a host outside the inventory.
     type: dict
     default: {}
+  left_out:
+    description:
+      - The inventory's hosts this run leaves out (C(--limit)), whose service managers were
+        not asked.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      host:
+        description: Its address, as its workers register (their C(WORKER_HOST)).
+        type: str
+        required: true
+      name:
+        description: Its inventory host name, for messages.
+        type: str
+        required: true
+      declared_in:
+        description:
+          - The inventory group that declares workers of O(kind) on it (C(web_workers)).
+            Unset when none does.
+        type: str
   require:
     description:
       - V(none) only reports.
-      - V(accounted) fails when an alive worker is not one of O(expected).
+      - V(accounted) fails when an alive worker is not one of O(expected) (nor on a host of
+        O(left_out) that declares it).
       - V(exactly) also fails when one of O(expected) is not alive in the registry.
     type: str
     default: none
@@ -109,6 +135,18 @@ EXAMPLES = r"""
       192.168.0.43: macbookair
     require: accounted
     wait_for_heartbeats: true
+
+- name: Under --limit, a web worker on a host left out that the inventory declares is no rogue
+  coordinator_workers:
+    coordinator_url: https://192.168.0.40:8000
+    coordinator_token: "{{ vault_coordinator_token }}"
+    kind: web
+    expected: []
+    left_out:
+      - host: 192.168.0.43
+        name: macbookair
+        declared_in: web_workers
+    require: accounted
 
 - name: After the move, exactly the new web worker, with the shipped version
   coordinator_workers:
@@ -158,6 +196,11 @@ unaccounted:
   returned: when the registry was read
   type: list
   elements: dict
+left_out:
+  description: Alive workers on a host of O(left_out) that the inventory declares them on.
+  returned: when the registry was read
+  type: list
+  elements: dict
 missing:
   description: Entries of O(expected) the registry does not list alive.
   returned: when the registry was read
@@ -178,9 +221,11 @@ from ansible.module_utils.coordinator_api import READ_INTERVAL, api_argument_spe
 from ansible.module_utils.coordinator_contract import WORKER_KINDS
 from ansible.module_utils.coordinator_registry import (
     Expected,
+    LeftOut,
     RegistryError,
     Seen,
     compare,
+    declared_left_out,
     describe_serving,
     heard_since,
     parse_registry,
@@ -202,6 +247,14 @@ def argument_spec() -> dict[str, Any]:
             },
         },
         "hosts": {"type": "dict", "default": {}},
+        "left_out": {
+            "type": "list", "elements": "dict", "default": [],
+            "options": {
+                "host": {"type": "str", "required": True},
+                "name": {"type": "str", "required": True},
+                "declared_in": {"type": "str"},
+            },
+        },
         "require": {"type": "str", "default": "none",
                     "choices": ["none", "accounted", "exactly"]},
         "wait_for_heartbeats": {"type": "bool", "default": False},
@@ -221,25 +274,28 @@ def run(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """(the failure or None, the results), reading until the registry is as required."""
     expected = [Expected(e["host"], e["pid"], e.get("version"), e.get("worker_id"))
                 for e in params["expected"]]
+    left_out = [LeftOut(h["host"], h["name"], h.get("declared_in"))
+                for h in params["left_out"]]
     kind, hosts, require = params["kind"], params["hosts"], params["require"]
     started = time.monotonic()
     seen, ttl = read_registry(params)
     deadline = started + (ttl + 2 if params["wait_for_heartbeats"] else 0)
     while True:
-        failure = verdict(seen, expected, require, kind, hosts)
-        unaccounted, _missing = compare(seen, expected)
+        failure = verdict(seen, expected, require, kind, hosts, left_out)
+        unaccounted, _missing = compare(seen, expected, left_out)
         # A worker nobody runs that heartbeats again is no stale entry: waiting changes nothing.
         certain = heard_since(unaccounted, time.monotonic() - started)
         if failure is None or time.monotonic() >= deadline or certain:
             break
         time.sleep(READ_INTERVAL)
         seen, ttl = read_registry(params)
-    unaccounted, missing = compare(seen, expected)
-    serving = describe_serving(seen, kind, hosts)
+    unaccounted, missing = compare(seen, expected, left_out)
+    serving = describe_serving(seen, kind, hosts, left_out)
     return failure, {
         "serving": serving,
         "workers": [s.as_dict() for s in seen],
         "unaccounted": [s.as_dict() for s in unaccounted],
+        "left_out": [s.as_dict() for s in seen if declared_left_out(s, left_out)],
         "missing": [{"host": e.host, "pid": e.pid, "version": e.version,
                      "worker_id": e.worker_id} for e in missing],
         "heartbeat_ttl": ttl,

@@ -52,6 +52,10 @@ PROBE_TABLE_SQL = "SELECT 1 FROM tasks LIMIT 0"
 FINAL_STATUSES = frozenset({"done", "failed"})
 # Who takes each shared-queue task type; inference types go to one worker's own queue.
 SHARED_QUEUE_WORKERS = {"web_search": "web worker", "rag": "RAG worker"}
+# How much of a fallback answer's first line a failure quotes: the worker writes why there
+# (files/worker_web.py: "Summary failed (<why>); here are ...", "No search results: SearXNG's
+# engines did not answer: ..."), and the rest is search results, not a playbook's last line.
+FALLBACK_REASON_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -348,7 +352,7 @@ def judge_final(row: TaskRow, expect: Expectation) -> str | None:
                     "worker_id and worker_host are what a worker wrote, the login is what the "
                     "database established")
     if row.fallback and not expect.allow_fallback:
-        return f"task {row.id} done with fallback: summarisation failed on {_where(row)}"
+        return f"task {row.id} done with fallback on {_where(row)}: {fallback_reason(row)}"
     if expect.answered_model and (
             (row.answered_model or "").casefold() != expect.answered_model.casefold()):
         answered = (f"model {row.answered_model}" if row.answered_model
@@ -356,6 +360,15 @@ def judge_final(row: TaskRow, expect: Expectation) -> str | None:
         return (f"task {row.id} done on {_where(row)} by {answered}, expected model "
                 f"{expect.answered_model}")
     return None
+
+
+def fallback_reason(row: TaskRow) -> str:
+    """Why a fallback answer is one, as its worker wrote it: the answer's first line, cut."""
+    if not (row.result or "").strip():
+        return "no answer recorded"
+    line = first_line(row.result)
+    return line if len(line) <= FALLBACK_REASON_CHARS else (
+        line[:FALLBACK_REASON_CHARS - 1] + "\u2026")
 
 
 def identity_warning(row: TaskRow, expect: Expectation) -> str | None:

@@ -5,7 +5,9 @@
 Ansible sees only the hosts it reaches and the services it manages; the Coordinator sees
 every worker that heartbeats, wherever it runs. This compares the two: the workers the
 registry lists alive (``GET /workers``) and the ones the service managers of the reached
-hosts run (address and pid). No I/O here, so every message is unit-tested.
+hosts run (address and pid). A run limited with ``--limit`` reaches only some of the
+inventory's hosts: a worker on a host it leaves out is the inventory's to judge, not a copy
+nobody runs. No I/O here, so every message is unit-tested.
 """
 
 from __future__ import annotations
@@ -51,6 +53,17 @@ class Expected:
     worker_id: str | None = None
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """An inventory host this run leaves out (``--limit``), whose service manager was not
+    asked: its address, its inventory name and the inventory group that declares workers of
+    the kind compared there (None when none does)."""
+
+    host: str
+    name: str
+    declared_in: str | None = None
+
+
 def parse_registry(body: Any, kind: str | None) -> tuple[list[Seen], float]:
     """The alive workers (of ``kind`` when given) and the heartbeat TTL, from GET /workers."""
     if not isinstance(body, Mapping) or not isinstance(body.get("workers"), list):
@@ -77,12 +90,25 @@ def matches(seen: Seen, expected: Expected) -> bool:
             and (expected.worker_id is None or seen.worker_id == expected.worker_id))
 
 
-def compare(seen: Sequence[Seen], expected: Sequence[Expected]
-            ) -> tuple[list[Seen], list[Expected]]:
-    """(alive workers no expected one accounts for, expected ones the registry lacks)."""
-    unaccounted = [s for s in seen if not any(matches(s, e) for e in expected)]
+def declared_left_out(seen: Seen, left_out: Sequence[LeftOut]) -> LeftOut | None:
+    """The left-out host ``seen`` runs on when the inventory declares its kind there."""
+    return next((h for h in left_out if h.host == seen.host and h.declared_in), None)
+
+
+def compare(seen: Sequence[Seen], expected: Sequence[Expected],
+            left_out: Sequence[LeftOut] = ()) -> tuple[list[Seen], list[Expected]]:
+    """(alive workers no expected one accounts for, expected ones the registry lacks). A
+    worker on a left-out host that the inventory declares it on is neither: its service
+    manager was not asked, and the inventory says it belongs there."""
+    unaccounted = [s for s in seen if not any(matches(s, e) for e in expected)
+                   and declared_left_out(s, left_out) is None]
     missing = [e for e in expected if not any(matches(s, e) for s in seen)]
     return unaccounted, missing
+
+
+def _names(hosts: Mapping[str, str], left_out: Sequence[LeftOut]) -> dict[str, str]:
+    """Address -> inventory name, of the reached hosts and the left-out ones."""
+    return {**{h.host: h.name for h in left_out}, **hosts}
 
 
 def _host(address: str, hosts: Mapping[str, str]) -> str:
@@ -97,27 +123,45 @@ def describe(seen: Seen, hosts: Mapping[str, str]) -> str:
             f"heartbeat {seen.seconds_since_heartbeat:.1f} s ago")
 
 
-def describe_serving(seen: Sequence[Seen], kind: str | None, hosts: Mapping[str, str]) -> str:
-    """What serves the queues now, by the registry: one line."""
+def describe_serving(seen: Sequence[Seen], kind: str | None, hosts: Mapping[str, str],
+                     left_out: Sequence[LeftOut] = ()) -> str:
+    """What serves the queues now, by the registry: one line. A worker on a left-out host
+    the inventory declares it on says so."""
     what = f"{kind} worker" if kind else "worker"
     if not seen:
         return f"the Coordinator's registry lists no alive {what}"
     queues = sorted({q for s in seen for q in s.queues})
     serves = f" serving {', '.join(queues)}" if queues else ""
+    names = _names(hosts, left_out)
+
+    def one(worker: Seen) -> str:
+        declared = declared_left_out(worker, left_out)
+        note = (f" (declared in {declared.declared_in}, left out of this run by --limit)"
+                if declared else "")
+        return describe(worker, names) + note
+
     return (f"the Coordinator's registry lists {len(seen)} alive {what}"
-            f"{'s' if len(seen) > 1 else ''}{serves}: "
-            + "; ".join(describe(s, hosts) for s in seen))
+            f"{'s' if len(seen) > 1 else ''}{serves}: " + "; ".join(one(s) for s in seen))
 
 
-def describe_unaccounted(seen: Seen, hosts: Mapping[str, str]) -> str:
+def describe_unaccounted(seen: Seen, hosts: Mapping[str, str],
+                         left_out: Sequence[LeftOut] = (), kind: str | None = None) -> str:
     """Why this alive worker is unexpected, and how to stop it."""
+    names = _names(hosts, left_out)
+    undeclared = next((h for h in left_out if h.host == seen.host), None)
     if seen.host in hosts:
         where = ("no service manager runs it there (a copy started by hand, outside "
                  "systemd/launchd, or one its service manager lost)")
+    elif undeclared is not None:
+        # Its service manager was not asked: a worker the inventory moved away from there
+        # looks the same, and only a run that reaches the host can tell.
+        where = (f"{undeclared.name} is left out of this run by --limit and the inventory "
+                 f"declares no {kind + ' ' if kind else ''}worker there (if the inventory "
+                 "moved it away from there, run without --limit)")
     else:
-        where = "a host outside the inventory (or left out of this run)"
-    return (f"{describe(seen, hosts)}: {where}; stop it: `kill {seen.pid}` on "
-            f"{_host(seen.host, hosts)}")
+        where = "a host outside the inventory"
+    return (f"{describe(seen, names)}: {where}; stop it: `kill {seen.pid}` on "
+            f"{_host(seen.host, names)}")
 
 
 def describe_missing(expected: Expected, hosts: Mapping[str, str], kind: str | None) -> str:
@@ -128,13 +172,15 @@ def describe_missing(expected: Expected, hosts: Mapping[str, str], kind: str | N
 
 
 def verdict(seen: Sequence[Seen], expected: Sequence[Expected], require: str,
-            kind: str | None, hosts: Mapping[str, str]) -> str | None:
+            kind: str | None, hosts: Mapping[str, str],
+            left_out: Sequence[LeftOut] = ()) -> str | None:
     """None when the registry is as ``require`` wants it, else the one-line failure.
 
-    ``accounted``: every alive worker is one of ``expected``; ``exactly``: and every expected
-    one is alive too; ``none``: anything goes."""
-    unaccounted, missing = compare(seen, expected)
-    problems = [describe_unaccounted(s, hosts) for s in unaccounted]
+    ``accounted``: every alive worker is one of ``expected`` (or on a left-out host the
+    inventory declares it on); ``exactly``: and every expected one is alive too; ``none``:
+    anything goes."""
+    unaccounted, missing = compare(seen, expected, left_out)
+    problems = [describe_unaccounted(s, hosts, left_out, kind) for s in unaccounted]
     if require == "exactly":
         problems += [describe_missing(e, hosts, kind) for e in missing]
     if require == "none" or not problems:

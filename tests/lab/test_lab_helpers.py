@@ -117,3 +117,46 @@ def test_a_container_that_outlives_every_rm_is_named_with_podmans_words(monkeypa
     assert str(failed.value) == (
         "lab-ai-core: podman rm --force failed 3 times (exit status 2): Error: cannot remove "
         "container: it is running; remove it with: podman rm --force lab-ai-core")
+
+
+def test_documented_commands_are_the_sh_block_of_the_section_as_a_shell_reads_them(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# Doc\n\n## Before\n\n```sh\necho not this one\n```\n\n"
+        "## The section\n\nText.\n\n```yaml\n# a YAML comment, no heading\nkey: value\n```\n\n"
+        "```sh\n# a comment\nA=1\n\ncurl -s \\\n  -d 'x' \\\n  https://h/route\n"
+        "echo \"$A\" | cat  # a trailing comment stays\n```\n\n```sh\necho the second block\n```\n"
+        "\n### A subsection\n\n## Empty\n\nNo block.\n\n## After\n\n```sh\necho later\n```\n")
+    assert drive.documented_commands(doc, "## The section") == [
+        "A=1", "curl -s \\\n  -d 'x' \\\n  https://h/route",
+        'echo "$A" | cat  # a trailing comment stays']
+    with pytest.raises(ValueError, match=r"the section '## Empty' of .* has no ```sh block"):
+        drive.documented_commands(doc, "## Empty")
+    with pytest.raises(ValueError, match="has no heading '## Missing'"):
+        drive.documented_commands(doc, "## Missing")
+
+
+def test_the_curl_proof_of_docs_operating_md_is_two_scripts_for_the_labs_coordinator():
+    """What tests/migrate/test_readme.py runs: the doc's set-up lines, then its POST /route;
+    the same lines, then its GET /task/<task_id>; inventory/home's address replaced."""
+    home = drive.home_coordinator_address()
+    route, read = drive.curl_proof("10.89.20.40")
+    commands = drive.documented_commands(*drive.CURL_PROOF)
+    setup = commands[:-2]
+    assert [line.split("=", 1)[0] for line in setup] == ["CA", "TOKEN"]
+    assert route == "\n".join([*setup, commands[-2].replace(home, "10.89.20.40")])
+    assert read == "\n".join([*setup, commands[-1].replace(home, "10.89.20.40")])
+    assert " -X POST https://10.89.20.40:8000/route " in route
+    assert '"https://10.89.20.40:8000/task/<task_id>?wait=30"' in read
+    assert home not in route + read
+
+
+def test_a_curl_proof_without_its_two_commands_says_what_the_doc_gives(tmp_path, monkeypatch):
+    doc = tmp_path / "operating.md"
+    doc.write_text("## A task by hand, with curl\n\n```sh\nCA=ca.crt\n"
+                   "curl -sS --cacert \"$CA\" -X POST https://192.168.0.40:8000/route\n```\n")
+    monkeypatch.setattr(drive, "CURL_PROOF", (doc, "## A task by hand, with curl"))
+    with pytest.raises(ValueError, match=r"does not give one curl POST /route and one GET "
+                       r"/task/<task_id>, both to https://192\.168\.0\.40, after the lines they "
+                       r"need: \['CA=ca.crt', "):
+        drive.curl_proof("10.89.20.40")

@@ -16,7 +16,10 @@ lab-worker-slow; each test edits a copy of the lab inventory the way a user edit
    and one unit per declared worker, routed tasks done by the right hosts in PostgreSQL, a
    pg_hba.conf line per worker host naming its own login);
 6. site.yml with the web worker moved in the inventory refuses, names both hosts and the safe
-   way, and changes nothing.
+   way, and changes nothing;
+7. site.yml --limit <a worker host being added>, with or without the database host, refuses
+   before any change, naming the hosts the run needs and the --limit to use, and says the
+   web worker of a host it leaves out is declared there, never to kill it.
 
 That a second run of migrate-web.yml and of site.yml changes nothing is test_readme.py's
 last step, on the inventory a user makes from inventory/home.
@@ -29,6 +32,7 @@ import time
 
 import coordinator_contract as contract
 import pytest
+import yaml
 
 OLD, NEW = "lab-worker-slow", "lab-macbookair"
 DB_HOST = "lab-ai-core"
@@ -150,6 +154,38 @@ def test_site_refuses_to_move_the_web_worker_behind_migrate_webs_back(cluster) -
             "to move it safely") in refused.unfolded()
     assert refused.changed() == {DB_HOST: 0, OLD: 0, NEW: 0}
     cluster.assert_one_web_worker(NEW)
+
+
+def test_site_limited_to_a_node_being_added_names_the_hosts_it_needs(cluster) -> None:
+    web = cluster.web_host()
+    added = next(h for h in (OLD, NEW) if h != web)
+    # The node being added: an inference worker on the host that runs none.
+    inventory = cluster.inventory(web, "limit-new-node")
+    hosts_file = inventory / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    hosts["all"]["children"]["inference_workers"]["hosts"][added] = None
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    (pid,) = cluster.nodes[web].processes()
+    grants = ("the grants written on the database and Redis hosts are derived from the "
+              "workers of every worker host")
+    for limit, left_out in [
+            (added, f"{DB_HOST} (the database and Redis host, where {added}'s pg_hba.conf "
+                    f"line, login, grant and Redis user are written); {web} ({grants})"),
+            (f"{added},{DB_HOST}", f"{web} ({grants})")]:
+        run = cluster.playbooks.run("site.yml", inventory, "--limit", limit)
+        assert run.returncode != 0, run.output[-6000:]
+        text = run.unfolded()
+        now = serving_now(cluster, web).removeprefix("Now ")
+        assert (f"--limit leaves out hosts this run needs: {left_out}. Nothing was changed, "
+                f"and {now}") in text, text[-3000:]
+        assert re.search(
+            r"heartbeat [0-9.]+ s ago \(declared in web_workers, left out of this run by "
+            rf"--limit\): run again with --limit {DB_HOST},{OLD},{NEW}, which is every host: "
+            "the same as no --limit", text), text[-3000:]
+        assert f"kill {pid}" not in text
+        assert "PLAY [The cluster CA" not in run.output
+        assert set(run.changed().values()) == {0}
+    cluster.assert_one_web_worker(web)
 
 
 def test_drain_playbook_sends_a_hosts_tasks_elsewhere_until_undrained(cluster) -> None:

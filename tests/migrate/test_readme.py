@@ -5,14 +5,18 @@ login user and key, the vault filled in (the sudo password in it too) and encryp
 password file, and what the lab has in place of the real SearXNG and Ollama (the stand-in
 endpoints, the wheels the nodes install offline: inventory/lab's standins.yml). Then
 site.yml, web_workers edited, migrate-web.yml, and both again: nothing changes. A wrong vault
-password gets Ansible's one line, before anything is touched.
+password gets Ansible's one line, before anything is touched. The curl commands of
+docs/operating.md, run as written beside that inventory, show the task done by the web host.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -133,3 +137,43 @@ def test_the_readme_steps_on_the_lab(cluster) -> None:
                 assert re.search(rf"in [0-9.]+ s, processed by {cluster.nodes[new].address}",
                                  again.output)
     cluster.assert_settled(traffic.outcome(), new)
+
+
+def documented_shell(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A script of documented commands in bash, as a user types them, stopping at the first
+    that fails; ansible-vault reads the vault password from the file a user would type."""
+    return subprocess.run(["bash", "-c", "set -eo pipefail\n" + script], cwd=cwd,
+                          env=drive.env(ANSIBLE_VAULT_PASSWORD_FILE=str(VAULT_PASSWORD)),
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_documented_curl_commands_show_the_task_done_by_the_web_host(cluster,
+                                                                        tmp_path) -> None:
+    """docs/operating.md, "A task by hand, with curl": its lines run verbatim in a directory
+    where inventory/mine is the user's inventory (the cluster CA in its cluster-ca/, the token
+    in its encrypted vault), with the lab Coordinator's address for inventory/home's and the
+    id the route answered for <task_id>. The task is done by the web host, without a fallback;
+    without the CA curl stops, and another token gets 401, in the words the doc quotes."""
+    web_host = cluster.web_host()
+    make_mine(cluster, web_host)
+    (tmp_path / "inventory").mkdir()
+    (tmp_path / "inventory" / "mine").symlink_to(MINE)
+    route, read = drive.curl_proof(urlsplit(cluster.coordinator.url).hostname)
+
+    routed = documented_shell(route, tmp_path)
+    assert routed.returncode == 0, routed.stderr
+    task_id = json.loads(routed.stdout)["task_id"]
+    shown = documented_shell(read.replace(drive.TASK_ID_PLACEHOLDER, task_id), tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    task = json.loads(shown.stdout)
+    assert (task["task_id"], task["status"], task["worker_host"], task["fallback"]) == (
+        task_id, "done", cluster.nodes[web_host].address, False), task
+
+    no_ca = documented_shell(route.replace('--cacert "$CA" ', "", 1), tmp_path)
+    assert (no_ca.returncode, no_ca.stderr.splitlines()[0]) == (
+        60, "curl: (60) SSL certificate problem: unable to get local issuer certificate"), (
+        no_ca.stderr)
+    other_token = documented_shell(route.replace("\ncurl ", "\nTOKEN=another\ncurl ", 1),
+                                   tmp_path)
+    assert json.loads(other_token.stdout)["error"].startswith(
+        "wrong bearer token: send 'Authorization: Bearer <token>' "), other_token.stdout

@@ -7,6 +7,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import worker_base as base
+import worker_web
 
 from module_utils import coordinator_probe as probe
 
@@ -322,10 +324,52 @@ def test_done_without_host_names_the_worker_id():
     )
 
 
-def test_fallback_refused_by_default():
-    assert probe.judge_final(done_row(fallback=True), STRICT) == (
-        f"task {TID} done with fallback: summarisation failed on macbookair"
+def web_worker_answer(found: worker_web.Found, summary_error: str = "") -> base.Outcome:
+    """What worker_web writes for a search that ``found`` this, its summary failing with
+    ``summary_error``: its own execute, with the search and the summary stubbed."""
+    worker = object.__new__(worker_web.WebWorker)
+    worker.search = lambda prompt: found
+
+    def summarise(prompt: str, results: list[dict]) -> str:
+        raise worker_web.SummaryError(summary_error)
+
+    worker.summarise = summarise
+    return worker.execute(base.Task(TID, "claim", "web_search", "今日の東京の天気は？", None))
+
+
+def fallback_row(outcome: base.Outcome) -> probe.TaskRow:
+    assert outcome.fallback, outcome
+    return done_row(fallback=True, result=outcome.result)
+
+
+def test_a_refused_fallback_quotes_why_the_summary_failed():
+    results = [{"title": "東京の天気", "url": "https://example.jp/tenki", "content": "晴れ"}]
+    outcome = web_worker_answer(worker_web.Found(results, []), "Ollama at "
+                                "http://127.0.0.1:11434 answered 500: model failed to load")
+    assert probe.judge_final(fallback_row(outcome), STRICT) == (
+        f"task {TID} done with fallback on macbookair: Summary failed (Ollama at "
+        "http://127.0.0.1:11434 answered 500: model failed to load); here are the search "
+        "results instead."
     )
+
+
+def test_a_refused_fallback_quotes_the_searxng_engines_that_did_not_answer():
+    outcome = web_worker_answer(worker_web.Found([], ["brave (Suspended: CAPTCHA)",
+                                                      "duckduckgo (timeout)"]))
+    assert probe.judge_final(fallback_row(outcome), STRICT) == (
+        f"task {TID} done with fallback on macbookair: No search results: SearXNG's engines "
+        "did not answer: brave (Suspended: CAPTCHA), duckduckgo (timeout)"
+    )
+
+
+def test_a_refused_fallback_quotes_a_long_reason_cut_and_an_empty_one_as_none():
+    outcome = web_worker_answer(worker_web.Found([{"title": "t", "url": "u"}], []), "x" * 500)
+    message = probe.judge_final(fallback_row(outcome), STRICT)
+    start = f"task {TID} done with fallback on macbookair: "
+    assert message.startswith(start + "Summary failed (xxx") and message.endswith("x…")
+    assert len(message) == len(start) + probe.FALLBACK_REASON_CHARS
+    assert probe.judge_final(done_row(fallback=True, result=" \n"), STRICT) == (
+        f"task {TID} done with fallback on macbookair: no answer recorded")
 
 
 def test_fallback_allowed():

@@ -58,8 +58,37 @@ def test_a_worker_on_a_host_outside_the_inventory_is_named():
     seen, _ = reg.parse_registry(registry(elsewhere), "web")
     failure = reg.verdict(seen, [], "accounted", "web", HOSTS)
     assert failure == ("web-worker-elsewhere on 192.168.0.77, pid 31, v2.1, heartbeat 2.0 s "
-                       "ago: a host outside the inventory (or left out of this run); stop it: "
-                       "`kill 31` on 192.168.0.77")
+                       "ago: a host outside the inventory; stop it: `kill 31` on 192.168.0.77")
+
+
+# A run with --limit lab-worker-slow: lab-worker-fast, which web_workers names, and lab-ai-core,
+# which it does not, are left out.
+LEFT_OUT = [reg.LeftOut("10.89.20.43", "lab-worker-fast", "web_workers"),
+            reg.LeftOut("10.89.20.40", "lab-ai-core")]
+SLOW_ONLY = {"10.89.20.42": "lab-worker-slow"}
+
+
+def test_a_web_worker_on_a_declared_host_left_out_is_no_rogue_and_said_left_out():
+    seen, _ = reg.parse_registry(registry(
+        worker("web-worker-lab-worker-fast", "10.89.20.43", 4194, since=1.5)), "web")
+    assert reg.verdict(seen, [], "accounted", "web", SLOW_ONLY, LEFT_OUT) is None
+    assert reg.compare(seen, [], LEFT_OUT) == ([], [])
+    assert reg.describe_serving(seen, "web", SLOW_ONLY, LEFT_OUT) == (
+        "the Coordinator's registry lists 1 alive web worker serving tasks:web: "
+        "web-worker-lab-worker-fast on lab-worker-fast (10.89.20.43), pid 4194, v2.1, "
+        "heartbeat 1.5 s ago (declared in web_workers, left out of this run by --limit)")
+    # Without the left-out hosts, the same worker is a copy to stop: what the run said.
+    assert "`kill 4194` on 10.89.20.43" in reg.verdict(seen, [], "accounted", "web", SLOW_ONLY)
+
+
+def test_a_web_worker_on_an_undeclared_host_left_out_is_a_rogue_with_how_to_stop_it():
+    seen, _ = reg.parse_registry(registry(
+        worker("web-worker-by-hand", "10.89.20.40", 4242, since=0.5)), "web")
+    assert reg.verdict(seen, [], "accounted", "web", SLOW_ONLY, LEFT_OUT) == (
+        "web-worker-by-hand on lab-ai-core (10.89.20.40), pid 4242, v2.1, heartbeat 0.5 s ago: "
+        "lab-ai-core is left out of this run by --limit and the inventory declares no web "
+        "worker there (if the inventory moved it away from there, run without --limit); stop "
+        "it: `kill 4242` on lab-ai-core (10.89.20.40)")
 
 
 def test_the_same_host_with_another_pid_is_not_accounted_for():

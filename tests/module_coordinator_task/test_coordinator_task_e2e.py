@@ -109,6 +109,8 @@ def test_real_web_worker_fallback_is_refused(web_worker, coordinator, tasks_db, 
         ollama.config(fail=None, fail_generate_only=False)
     assert run.failed, run.stdout
     assert run.msg == (
-        f"task {run.result['task_id']} done with fallback: summarisation failed on {WORKER_HOST}"
+        f"task {run.result['task_id']} done with fallback on {WORKER_HOST}: Summary failed "
+        f"(Ollama at {ollama.url} answered HTTP 500 llama runner process has terminated: exit "
+        "status 2); here are the search results instead."
     )
     assert run.result["answer"]

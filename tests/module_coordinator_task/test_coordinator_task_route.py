@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import worker_web
 
 from coordinator.routing import RequestError, parse_route_request
 from lab.processes import CoordinatorProcess
@@ -129,12 +130,14 @@ def test_a_claim_by_a_login_every_host_shares_passes_with_a_warning(coordinator,
 
 def test_fallback_refused_by_default(coordinator, tasks_db, sql_worker, tmp_path):
     prompt = unique_prompt("fallback refused")
+    raw = worker_web.fallback_answer("Ollama timed out", [{"title": "t", "url": "https://t"}])
     task_id, run = route_and_work(
         tmp_path, sql_worker, probe_args(coordinator, tasks_db, prompt),
-        answer(sql_worker, "macbookair", result="raw results", fallback=True),
+        answer(sql_worker, "macbookair", result=raw, fallback=True),
     )
     assert run.failed
-    assert run.msg == f"task {task_id} done with fallback: summarisation failed on macbookair"
+    assert run.msg == (f"task {task_id} done with fallback on macbookair: Summary failed (Ollama "
+                       "timed out); here are the search results instead.")
     assert run.result["fallback"] is True
 
 

@@ -60,6 +60,24 @@ def test_a_copy_nobody_manages_is_named_at_once_even_while_waiting(tmp_path, coo
     assert [w["pid"] for w in run.result["unaccounted"]] == [4242]
 
 
+def test_under_limit_a_worker_on_a_declared_host_left_out_is_reported_not_refused(
+        tmp_path, coordinator, registrations):
+    registrations.append(Registration(coordinator, FAST, 4194).register())
+    # A run limited to lab-worker-slow, which runs no web worker.
+    run = witness(tmp_path, coordinator, hosts={SLOW: "lab-worker-slow"}, expected=[],
+                  left_out=[{"host": FAST, "name": "lab-worker-fast",
+                             "declared_in": "web_workers"}],
+                  require="accounted", wait_for_heartbeats=True)
+    assert run.rc == 0, run.stdout
+    assert run.result["serving"].startswith(
+        "the Coordinator's registry lists 1 alive web worker serving tasks:web: "
+        f"{registrations[0].worker_id} on lab-worker-fast ({FAST}), pid 4194, v2.1, heartbeat ")
+    assert run.result["serving"].endswith(
+        "s ago (declared in web_workers, left out of this run by --limit)")
+    assert [w["pid"] for w in run.result["left_out"]] == [4194]
+    assert run.result["unaccounted"] == []
+
+
 def test_an_entry_that_goes_while_waiting_passes(tmp_path, coordinator, registrations):
     leaving = Registration(coordinator, SLOW, 700).register()
     registrations.append(leaving)

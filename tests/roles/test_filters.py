@@ -356,6 +356,74 @@ def test_running_workers_and_their_addresses_for_the_registry():
         "192.168.0.43": "macbookair"}
 
 
+# The lab with lab-worker-slow added to inference_workers (a node being added), and a host in
+# no group.
+LAB_GROUPS = {
+    "all": ["lab-ai-core", "lab-worker-slow", "lab-macbookair", "lab-outsider"],
+    "coordinator": ["lab-ai-core"], "database": ["lab-ai-core"], "redis": ["lab-ai-core"],
+    "inference_workers": ["lab-ai-core", "lab-macbookair", "lab-worker-slow"],
+    "web_workers": ["lab-macbookair"]}
+WORKER_GROUPS = ["web_workers", "inference_workers"]
+GRANTS_FROM_EVERY_HOST = ("the grants written on the database and Redis hosts are derived from "
+                          "the workers of every worker host")
+
+
+def test_left_out_hosts_are_every_inventory_host_outside_the_run_with_its_address():
+    hostvars = {"lab-ai-core": {"node_address": "10.89.20.40"},
+                "lab-worker-slow": {"node_address": "10.89.20.42"},
+                # The address its workers register with, when the inventory sets another.
+                "lab-macbookair": {"node_address": "10.89.20.43",
+                                   "worker_node_address": "192.168.7.43"},
+                "lab-outsider": {}}
+    assert cluster.left_out_hosts(["lab-worker-slow"], LAB_GROUPS, hostvars, "web_workers") == [
+        {"host": "10.89.20.40", "name": "lab-ai-core", "declared_in": None},
+        {"host": "192.168.7.43", "name": "lab-macbookair", "declared_in": "web_workers"}]
+    assert cluster.left_out_hosts(LAB_GROUPS["all"], LAB_GROUPS, hostvars, "web_workers") == []
+
+
+@pytest.mark.parametrize(("run", "left_out"), [
+    # The new worker host alone: the database and Redis host, which then needs every worker
+    # host, whose grants it writes.
+    (["lab-worker-slow"], {
+        "lab-ai-core": "the database and Redis host, where lab-worker-slow's pg_hba.conf "
+                       "line, login, grant and Redis user are written",
+        "lab-macbookair": GRANTS_FROM_EVERY_HOST}),
+    (["lab-worker-slow", "lab-ai-core"], {"lab-macbookair": GRANTS_FROM_EVERY_HOST}),
+    (["lab-ai-core"], {"lab-worker-slow": GRANTS_FROM_EVERY_HOST,
+                       "lab-macbookair": GRANTS_FROM_EVERY_HOST}),
+    # Every worker, database and Redis host: a host in no group is needed by none.
+    (["lab-ai-core", "lab-worker-slow", "lab-macbookair"], {}),
+    (["lab-outsider"], {}),
+])
+def test_site_left_out_follows_what_each_host_of_the_run_needs(run, left_out):
+    assert cluster.site_left_out(run, LAB_GROUPS, WORKER_GROUPS) == left_out
+
+
+def test_site_left_out_names_each_store_and_every_worker_host_for_a_store_alone():
+    groups = {**LAB_GROUPS, "redis": ["lab-redis"], "all": [*LAB_GROUPS["all"], "lab-redis"]}
+    assert cluster.site_left_out(["lab-redis"], groups, WORKER_GROUPS) == {
+        **dict.fromkeys(["lab-ai-core", "lab-macbookair", "lab-worker-slow"],
+                        GRANTS_FROM_EVERY_HOST)}
+    assert cluster.site_left_out(["lab-worker-slow"], groups, WORKER_GROUPS) == {
+        "lab-ai-core": "the database host, where lab-worker-slow's pg_hba.conf line, login "
+                       "and grant are written",
+        "lab-redis": "the Redis host, where lab-worker-slow's Redis user is written",
+        "lab-macbookair": GRANTS_FROM_EVERY_HOST}
+
+
+def test_limit_refusal_names_the_hosts_why_what_is_true_and_the_exact_limit():
+    hosts = ["lab-ai-core", "lab-worker-slow", "lab-macbookair"]
+    both = {"lab-macbookair": "why b", "lab-ai-core": "why a"}
+    assert cluster.limit_refusal(both, ["lab-worker-slow"], hosts, "Nothing was changed") == (
+        "--limit leaves out hosts this run needs: lab-ai-core (why a); lab-macbookair (why b). "
+        "Nothing was changed: run again with --limit lab-ai-core,lab-worker-slow,"
+        "lab-macbookair, which is every host: the same as no --limit")
+    same = {"lab-macbookair": "why", "lab-ai-core": "why"}
+    assert cluster.limit_refusal(same, [], [*hosts, "lab-outsider"], "Now") == (
+        "--limit leaves out hosts this run needs: lab-ai-core, lab-macbookair (why). Now: run "
+        "again with --limit lab-ai-core,lab-macbookair")
+
+
 def test_process_counts_name_each_host_that_differs():
     # `pgrep -f` prints one pid a line and exits 1 when nothing matches.
     results = [
