@@ -25,8 +25,12 @@ from lab.throwaway import wait_until
 
 LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 FIGURES = LOG_DIR / "figures.json"
+# A test that needs the web worker on one side (the Linux host for systemd's stop, the Mac
+# for launchd's reload) pays a whole move when the test before left it on the other: in this
+# order, and test_faults.py's, each finds it where it needs it (the README's move, from the
+# Linux host to the Mac, comes before the Mac's tests).
 ORDER = ["test_hardening.py", "test_check_mode.py", "test_migrate_web.py", "test_faults.py",
-         "test_macos.py", "test_readme.py", "test_upgrade_model.py", "test_secrets.py"]
+         "test_readme.py", "test_macos.py", "test_upgrade_model.py", "test_secrets.py"]
 WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 

@@ -323,6 +323,26 @@ def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> Non
     cluster.assert_settled(traffic.outcome(), new)
 
 
+@pytest.mark.timeout(3600)
+def test_interrupted_at_each_play_boundary_then_run_again_converges(cluster) -> None:
+    # One move, cut by Ctrl-C at the first play boundary, run again and cut at the next, and
+    # so on: each run starts from where the cut before left the cluster (the Redis grant
+    # given, the new worker started beside the old, the old one stopped, its files gone) and
+    # must get past that point to the next cut; the last run completes the move.
+    plays = re.findall(r"^- name: (.+)$", (drive.REPO / "migrate-web.yml").read_text(), re.M)
+    target = cluster.other(cluster.web_host())
+    with cluster.traffic() as traffic:
+        for boundary in range(1, len(plays)):
+            banner = re.escape(f"PLAY [{plays[boundary].strip(chr(34))}]")
+            cut = cluster.migrate(target, on=[(f"^{banner}", drive.interrupt)])
+            assert cut.returncode != 0, f"not interrupted before play {boundary + 1}"
+            assert "User interrupted execution" in cut.output or cut.returncode == -signal.SIGINT, (
+                boundary, cut.output[-6000:])
+        finish = cluster.migrate(target)
+        assert finish.returncode == 0, finish.output[-6000:]
+    cluster.assert_settled(traffic.outcome(), target)
+
+
 # One line of a .pth file in the worker's virtualenv: every Python started from it sets
 # SIGTERM to SIG_IGN, and a handler asked for later (the worker's own) is not installed.
 # (site.py runs the line with exec in a function: the lambda gets all it uses as defaults.)
@@ -373,26 +393,6 @@ def test_an_old_worker_that_ignores_sigterm_is_killed_by_systemd_within_the_boun
     assert pid not in node.processes()
     # Drained first, it held no task when killed: none lost, none failed.
     cluster.assert_settled(traffic.outcome(), new)
-
-
-@pytest.mark.timeout(3600)
-def test_interrupted_at_each_play_boundary_then_run_again_converges(cluster) -> None:
-    # One move, cut by Ctrl-C at the first play boundary, run again and cut at the next, and
-    # so on: each run starts from where the cut before left the cluster (the Redis grant
-    # given, the new worker started beside the old, the old one stopped, its files gone) and
-    # must get past that point to the next cut; the last run completes the move.
-    plays = re.findall(r"^- name: (.+)$", (drive.REPO / "migrate-web.yml").read_text(), re.M)
-    target = cluster.other(cluster.web_host())
-    with cluster.traffic() as traffic:
-        for boundary in range(1, len(plays)):
-            banner = re.escape(f"PLAY [{plays[boundary].strip(chr(34))}]")
-            cut = cluster.migrate(target, on=[(f"^{banner}", drive.interrupt)])
-            assert cut.returncode != 0, f"not interrupted before play {boundary + 1}"
-            assert "User interrupted execution" in cut.output or cut.returncode == -signal.SIGINT, (
-                boundary, cut.output[-6000:])
-        finish = cluster.migrate(target)
-        assert finish.returncode == 0, finish.output[-6000:]
-    cluster.assert_settled(traffic.outcome(), target)
 
 
 def test_postgresql_and_the_coordinator_restarting_in_the_middle_of_the_move(cluster) -> None:
