@@ -92,6 +92,18 @@ class Run:
         recap, also there for a run cut short."""
         return len(re.findall(r"^changed: \[", self.output, re.M))
 
+    def changed_tasks(self) -> dict[str, set[str]]:
+        """Per host, the names of the tasks and handlers that reported it changed."""
+        changed: dict[str, set[str]] = {}
+        task = ""
+        for line in self.output.splitlines():
+            banner = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \**$", line)
+            if banner:
+                task = banner.group(1)
+            elif found := re.match(r"^changed: \[([^]\s]+)", line):
+                changed.setdefault(found.group(1), set()).add(task)
+        return changed
+
     def unfolded(self) -> str:
         """The output with the YAML callback's line folding and quote doubling undone, for
         searching."""

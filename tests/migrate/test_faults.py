@@ -156,10 +156,17 @@ def test_other_weights_under_the_same_name_stop_the_move_in_preflight(cluster) -
         assert "PLAY [Redis users" not in refused.output
         assert set(refused.changed().values()) == {0}
         assert run.returncode != 0
-        assert (f"preflight on {new} stopped, nothing was changed on the running web worker: "
+        assert (f"preflight on {new} stopped, the running web worker was not touched: "
                 f"same model name, other weights: {new} has {DEFAULT_MODEL} {moved[:12]}, "
                 f"{old} serves {serving[:12]}: pull {serving} on {new} or pin it, or pass -e "
-                "migrate_web_allow_other_weights=true") in run.unfolded()
+                f"migrate_web_allow_other_weights=true. Left from this run for its checks: "
+                f"{new}'s Redis user may take from tasks:web; harmless while no web worker runs "
+                f"on {new} (none was started)") in run.unfolded()
+        # That grant (the ACL file and its load, on the Redis host) is all the run changed.
+        assert {h: n for h, n in run.changed().items() if n} == {CORE: 2}, run.recap
+        assert run.changed_tasks()[CORE] == {
+            "redis : Configure | the ACL users (password hashes only), readable by redis alone",
+            "redis : Load the Redis users"}
         assert "PLAY [Preflight 2/3" not in run.output
         assert cluster.nodes[old].processes() == pids
         outcome = traffic.outcome()

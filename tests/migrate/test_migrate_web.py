@@ -75,8 +75,16 @@ def test_refused_login_stops_in_preflight(cluster) -> None:
     inventory = cluster.inventory(NEW, "refused", {NEW: {"worker_db_password_key": "not-the-key"}})
     done = cluster.playbooks.run("migrate-web.yml", inventory)
     assert done.returncode != 0
-    assert (f"preflight on {NEW} failed, nothing was changed on the running web worker: "
+    assert (f"preflight on {NEW} failed, the running web worker was not touched: "
             "PostgreSQL check FAILED at") in done.unfolded()
+    # What it left is said, and is all it changed: the grants for the new host's checks, on
+    # the database and Redis host; nothing on either worker host.
+    assert (f"Left from this run for its checks: {NEW}'s Redis user may take from tasks:web; "
+            f"{NEW}'s PostgreSQL login may claim from it, on its own pg_hba.conf line; harmless "
+            f"while no web worker runs on {NEW} (none was started): the next migrate-web.yml "
+            "uses them, and site.yml with the inventory as it was before the move takes the "
+            "grants back") in done.unfolded()
+    assert_only_grants_changed(done)
     # What is true now: the old worker, untouched, serves.
     assert serving_now(cluster, OLD) in done.unfolded()
     login = contract.worker_db_role(NEW)  # the new host's own login, with a wrong password
@@ -85,6 +93,15 @@ def test_refused_login_stops_in_preflight(cluster) -> None:
     # It stopped before the switch-over play: nothing was stopped or started.
     assert "Switch over and prove it" not in done.output
     assert_old_side_serving(cluster)
+
+
+def assert_only_grants_changed(run) -> None:
+    """A move stopped in its preflight changed the new host's grants (Redis ACL users,
+    pg_hba.conf and the grants table, and their reloads) on the database host, nothing else."""
+    assert {host: n for host, n in run.changed().items() if n} == {
+        DB_HOST: run.changed()[DB_HOST]}, run.recap
+    grants = re.compile(r"ACL users|Redis users|pg_hba\.conf|Reload postgresql|grant", re.I)
+    assert [t for t in run.changed_tasks()[DB_HOST] if not grants.search(t)] == []
 
 
 @pytest.mark.timeout(1800)
