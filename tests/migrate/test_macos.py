@@ -114,6 +114,8 @@ def test_ollama_app_on_the_port_is_named_before_any_change(cluster) -> None:
             "agent would restart every 10 s beside it): quit Ollama.app and remove it from "
             "System Settings > General > Login Items") in text, refused.output[-4000:]
     assert set(refused.changed().values()) == {0}, refused.recap
+    # Named in the first play, with every host's answer, before any host could change.
+    assert "PLAY [The cluster CA" not in refused.output
     # The app quit, the role's agent is loaded again and proves the model with a generation;
     # the Mac's workers are back on the inventory's environment (the plist reload test left
     # one on LAB_RELOAD), for the tests after this one.
