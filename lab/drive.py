@@ -16,6 +16,7 @@ Everything here talks only to the lab's own containers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import plistlib
 import re
@@ -79,6 +80,7 @@ class Run:
     output: str
     seconds: float
     log: Path
+    inventory: str = ""
 
     @property
     def recap(self) -> dict[str, dict[str, int]]:
@@ -104,6 +106,19 @@ class Run:
                 changed.setdefault(found.group(1), set()).add(task)
         return changed
 
+    def tasks_of(self, play: str) -> list[str]:
+        """The tasks the run printed in the play whose name starts with ``play``, in order
+        (a task skipped on every host prints nothing)."""
+        tasks: list[str] = []
+        inside = False
+        for line in self.output.splitlines():
+            if banner := re.match(r"^PLAY \[(.*)\] \**$", line):
+                inside = banner.group(1).startswith(play)
+            elif (inside and (task := re.match(r"^TASK \[(.*)\] \**$", line))
+                  and task.group(1) not in tasks):
+                tasks.append(task.group(1))
+        return tasks
+
     def unfolded(self) -> str:
         """The output with the YAML callback's line folding and quote doubling undone, for
         searching."""
@@ -112,13 +127,17 @@ class Run:
 
 @dataclass
 class Playbooks:
-    """Runs playbooks from the repository root; every run's output is kept (``outputs``),
-    and its wall time with the test that ran it (``timings``: test, playbook, seconds, rc)."""
+    """Runs playbooks from the repository root; every run is kept (``runs``), and its wall
+    time with the test that ran it (``timings``: test, playbook, seconds, rc)."""
 
     log_dir: Path
     verbose: bool = False
-    outputs: list[str] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
     timings: list[dict] = field(default_factory=list)
+
+    @property
+    def outputs(self) -> list[str]:
+        return [run.output for run in self.runs]
 
     def run(self, playbook: str, inventory: Path, *args: str,
             on: list[tuple[str, Callable[[subprocess.Popen], None]]] | None = None,
@@ -132,8 +151,11 @@ class Playbooks:
         pending = list(on or [])
         lines: list[str] = []
         started = time.monotonic()
+        # Its own process group, as a shell runs a job: a terminal's Ctrl-C reaches the whole
+        # group (interrupt_group), and none of it reaches pytest's.
         with subprocess.Popen(command, cwd=REPO, env=env(**(extra_env or {})), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              process_group=0) as proc:
             timer = threading.Timer(timeout, proc.kill)
             timer.start()
             try:
@@ -146,11 +168,12 @@ class Playbooks:
             finally:
                 timer.cancel()
         output = "".join(lines)
-        self.outputs.append(output)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_dir / f"{len(self.outputs):02d}-{Path(playbook).stem}-{inventory.name}.log"
+        log = self.log_dir / f"{len(self.runs) + 1:02d}-{Path(playbook).stem}-{inventory.name}.log"
         log.write_text(output)
-        run = Run(Path(playbook).name, proc.returncode, output, time.monotonic() - started, log)
+        run = Run(Path(playbook).name, proc.returncode, output, time.monotonic() - started, log,
+                  inventory.name)
+        self.runs.append(run)
         self.timings.append({"test": current_test(), "playbook": run.name,
                              "inventory": inventory.name, "seconds": round(run.seconds, 1),
                              "returncode": run.returncode})
@@ -167,16 +190,27 @@ def current_test() -> str:
 
 
 def interrupt(proc: subprocess.Popen, again_after: float = 5, presses: int = 3) -> None:
-    """Ctrl-C, as a user presses it: again after ``again_after`` seconds while the playbook
-    still runs, up to ``presses`` times. Ansible turns SIGINT into a KeyboardInterrupt raised
-    wherever its main thread is; when that is a garbage collector's callback, Python prints
-    "Exception ignored in: ..." and the run goes on, as a user then sees and presses again."""
-    proc.send_signal(signal.SIGINT)
+    """Ctrl-C, as a user presses it and a terminal sends it: SIGINT to the playbook's whole
+    process group (its forks and their ssh clients too), again after ``again_after`` seconds
+    while the playbook still runs, up to ``presses`` times. Ansible turns SIGINT into a
+    KeyboardInterrupt raised wherever its main thread is; when that is a garbage collector's
+    callback, Python prints "Exception ignored in: ..." and the run goes on, as a user then
+    sees and presses again."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        os.killpg(proc.pid, signal.SIGINT)
     if presses > 1:
-        timer = threading.Timer(again_after, lambda: proc.poll() is None and interrupt(
-            proc, again_after, presses - 1))
+        timer = threading.Timer(again_after, lambda: interrupt(proc, again_after, presses - 1))
         timer.daemon = True
         timer.start()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """A lost controller: SIGKILL to the playbook's whole process group (the ssh control
+    masters, daemons of their own, live on, as they do when a laptop's session dies)."""
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 # Where the worker role puts a worker's service and files (roles/worker/defaults/main.yml),

@@ -23,12 +23,17 @@ web worker in the Coordinator's registry, with one worker_web.py process, on its
 - the old worker ignoring SIGTERM (SIG_IGN): systemd kills it after TimeoutStopSec, and the
   playbook says so with that bound;
 - ansible-playbook interrupted (Ctrl-C) at each play boundary, then run again: converges;
+- cut by Ctrl-C or a lost controller as a task of the switch-over play or of its rollback
+  starts, then run again: converges (one case of each a run, another each day; every case
+  with LAB_CUTS=all);
 - PostgreSQL restarted as the new worker starts, and the Coordinator as the test task is
   routed, in one move.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import re
 import signal
 import time
@@ -348,6 +353,93 @@ def test_interrupted_at_each_play_boundary_then_run_again_converges(cluster) -> 
         finish = cluster.migrate(target)
         assert finish.returncode == 0, finish.output[-6000:]
     cluster.assert_settled(traffic.outcome(), target)
+
+
+SWITCH_OVER = "Switch over and prove it with a routed task"
+# Ctrl-C as a terminal sends it, and a controller lost with its whole process group.
+CUTS = {"Ctrl-C": drive.interrupt, "a lost controller": drive.kill_group}
+
+
+def cut_at(task: str, how: str) -> tuple[str, Callable[[object], None]]:
+    return f"^TASK \\[{re.escape(task)}\\]", CUTS[how]
+
+
+def assert_cut(run: drive.Run, how: str) -> None:
+    assert run.returncode != 0, f"not cut ({how}): {run.output[-3000:]}"
+    if how == "Ctrl-C":
+        assert "User interrupted execution" in run.output or run.returncode == -signal.SIGINT, (
+            run.output[-3000:])
+    else:
+        assert run.returncode == -signal.SIGKILL, run.returncode
+
+
+def tasks_printed(cluster, target: str, rolled_back: bool) -> list[str]:
+    """The switch-over play's tasks, as this session's runs moving the web worker to
+    ``target`` printed them: with ``rolled_back``, the rollback's (from its first task on)
+    of the latest run the rollback ended; otherwise those of a whole move. What a run
+    prints can be cut."""
+    printed = [(run, run.tasks_of(SWITCH_OVER)) for run in cluster.playbooks.runs
+               if run.name == "migrate-web.yml" and run.inventory.endswith(f"web-on-{target}")]
+    if rolled_back:
+        for run, tasks in reversed(printed):
+            rollback = [t for t in tasks if t.startswith("Roll back")]
+            if run.returncode != 0 and rollback:
+                return tasks[tasks.index(rollback[0]):]
+    else:
+        # The tasks every whole move printed (one cut short and run again skips some; one
+        # test's fault adds some).
+        moves = [tasks for run, tasks in printed if run.returncode == 0
+                 and any(t.startswith("6. Stop the old web worker") for t in tasks)]
+        if moves:
+            return [t for t in moves[0] if all(t in tasks for tasks in moves)]
+    raise AssertionError(f"no run of this session moved the web worker to {target} "
+                         f"{'and rolled back' if rolled_back else 'to the end'}")
+
+
+def cut_cases(rollbacks: int, switches: int) -> list[tuple[int, int]]:
+    """Which cases this run takes, as pairs (a rollback case, then a switch-over case, so
+    each pair leaves the web worker where it found it): every case under LAB_CUTS=all;
+    otherwise one pair, another each day, so that every task is cut in turn across runs."""
+    if os.environ.get("LAB_CUTS") == "all":
+        return [(i % rollbacks, i % switches) for i in range(max(rollbacks, switches))]
+    day = datetime.date.today().toordinal()
+    return [(day % rollbacks, day % switches)]
+
+
+@pytest.mark.timeout(7200)
+def test_cut_at_a_task_of_the_switch_over_or_its_rollback_then_run_again_converges(
+        cluster) -> None:
+    # Each case: the move cut by Ctrl-C (SIGINT to the whole process group, ssh included)
+    # or a lost controller (SIGKILL to it) as a task of the switch-over play or of its
+    # rollback starts, then run again: every routed task done or failed with a reason, none
+    # lost, one alive web worker; how long tasks:web went unserved is in the figures.
+    # A rollback case starts from the new host leaving the network as the switch-over
+    # starts (as test_new_host_gone_after_its_worker_started_rolls_back) and, back, it is
+    # the one the run again moves to. A rollback case then a switch-over case, each moving
+    # the web worker to the other host, leave it where they found it.
+    ways = list(CUTS)
+    start = cluster.web_host()
+    rollback = [(task, how) for task in tasks_printed(cluster, cluster.other(start), True)
+                for how in ways]
+    switch = [(task, how) for task in tasks_printed(cluster, start, False) for how in ways]
+    for pair in cut_cases(len(rollback), len(switch)):
+        for case, cases, rolled_back in ((pair[0], rollback, True), (pair[1], switch, False)):
+            task, how = cases[case]
+            new = cluster.other(cluster.web_host())
+            leave = [(r"^PLAY \[Switch over", lambda _, host=new: cluster.nodes[host].disconnect())]
+            with cluster.traffic() as traffic:
+                try:
+                    cut = cluster.migrate(new, on=[*(leave if rolled_back else []),
+                                                   cut_at(task, how)])
+                finally:
+                    if rolled_back:
+                        cluster.nodes[new].connect()
+                assert_cut(cut, how)
+                again = cluster.migrate(new)
+            assert again.returncode == 0, (task, how, again.output[-6000:])
+            outcome = traffic.outcome()
+            cluster.assert_settled(outcome, new, failed_ok=outcome.routed)
+    assert cluster.web_host() == start
 
 
 # One line of a .pth file in the worker's virtualenv: every Python started from it sets
