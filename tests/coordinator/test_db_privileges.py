@@ -1,10 +1,11 @@
 """Least privilege in PostgreSQL, against a real server, laid out as the postgresql_access role
 lays it out: the database owned by an owner role, the Coordinator's login a NOINHERIT member
 of it, each worker host a login of its own in coordinator_contract.WORKER_DB_GROUP, and its
-grant written by the role's own filters and statement. A worker login claims and answers its
-own host's tasks, as its own host's workers, and is refused everything else with PostgreSQL's
-own error; the Coordinator's login reads and writes rows and cannot change the schema. What
-the database records of a claim is what coordinator_task's proof reads."""
+grant written from the role's own filters with the statements its module runs. A worker login
+claims and answers its own host's tasks, as its own host's workers, and is refused everything
+else with PostgreSQL's own error; the Coordinator's login reads and writes rows and cannot
+change the schema. What the database records of a claim is what coordinator_task's proof
+reads."""
 
 from __future__ import annotations
 
@@ -106,20 +107,20 @@ def cluster(pg: ThrowawayPostgres) -> Iterator[dict[str, str]]:
 
 def write_grants(cluster: dict[str, str], web_a: str = "present",
                  web_b: str | None = None, keep_hosts: Iterable[str] = ()) -> int:
-    """The grants as the postgresql_access role writes them (its filters, then its statement
-    as the schema's owner), from the records site.yml's first play publishes; the rows the
-    statement changed."""
+    """The grants as the postgresql_access role writes them (its filters, then the statements
+    of its module coordinator_database, as the schema's owner), from the records site.yml's
+    first play publishes; the rows the statement changed."""
     hostvars = {HOST_A: {"worker_status": worker_status(HOST_A, web_a)},
                 HOST_B: {"worker_status": worker_status(HOST_B, web_b)}}
     groups = GROUPS | ({"web_workers": [HOST_B]} if web_b == "present" else {})
     grants = FILTERS["worker_grants"](groups, hostvars, ["web_workers", "inference_workers"],
                                       keep_hosts)
     rows = FILTERS["worker_db_grants"](grants, [HOST_A, HOST_B])
-    sql = FILTERS["worker_grants_sql"]()
     with psycopg.connect(cluster["admin"], autocommit=True) as conn:
         conn.execute(f"SET ROLE {OWNER}")
-        conn.execute(sql["create"])
-        (changes,) = conn.execute(sql["write"], {"grants": json.dumps(rows)}).fetchone()
+        conn.execute(contract.WORKER_GRANTS_DDL)
+        (changes,) = conn.execute(contract.WORKER_GRANTS_WRITE_SQL,
+                                  {"grants": json.dumps(rows)}).fetchone()
     return changes
 
 

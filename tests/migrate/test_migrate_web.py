@@ -61,8 +61,9 @@ def test_first_converge_without_pipelining_became_postgres(cluster) -> None:
     run = cluster.first_converge
     # Without pipelining every module travels as a file, and one for postgres (not the login
     # user) is handed over with setfacl: what failed before the role installed acl.
-    assert re.search(r"PUT .*AnsiballZ_postgresql_user\.py", run.output)
-    assert re.search(r"setfacl -m u:postgres:r-[xX] .*AnsiballZ_postgresql_user\.py", run.output)
+    module = r"AnsiballZ_coordinator_database\.py"
+    assert re.search(r"PUT .*" + module, run.output)
+    assert re.search(r"setfacl -m u:postgres:r-[xX] .*" + module, run.output)
     # The node image has no acl; the role installed it before becoming postgres.
     assert cluster.nodes[DB_HOST].sh("dpkg-query", "-W", "-f=${Status}", "acl").stdout == (
         "install ok installed")

@@ -803,9 +803,6 @@ def test_postgresql_grants_are_the_redis_grants_under_each_hosts_own_login():
     ]
     assert pg_filters["worker_db_grants"](grants, ["air"])[0]["login"] == "worker_air"
     assert pg_filters["worker_db_grants"](grants, []) == []
-    statements = pg_filters["worker_grants_sql"]()
-    assert statements["create"] == contract.WORKER_GRANTS_DDL
-    assert statements["write"] == contract.WORKER_GRANTS_WRITE_SQL
 
 
 def test_redis_acl_lines_disable_default_and_refuse_what_cannot_be_written():

@@ -68,14 +68,6 @@ def worker_db_grants(grants: Iterable[Mapping[str, Any]],
             for grant in grants if grant["host"] in wanted]
 
 
-def worker_grants_sql(_: Any = None) -> dict[str, str]:
-    """The statements of the grants table: ``missing`` (whether it is yet to be made),
-    ``create`` and ``write`` (its rows made exactly the JSON ``%(grants)s``, answering
-    ``changes``)."""
-    return {"missing": f"SELECT to_regclass('{contract.WORKER_GRANTS_TABLE}') IS NULL AS missing",
-            "create": contract.WORKER_GRANTS_DDL, "write": contract.WORKER_GRANTS_WRITE_SQL}
-
-
 def worker_db_group(_: Any = None) -> str:
     """The group role every worker login is a member of, which the schema grants to."""
     return contract.WORKER_DB_GROUP
@@ -86,5 +78,4 @@ class FilterModule:
         return {"hba_address": hba_address, "hba_addresses": hba_addresses,
                 "worker_db_logins": worker_db_logins, "worker_db_group": worker_db_group,
                 "worker_db_role": contract.worker_db_role,
-                "worker_grants": contract.worker_grants, "worker_db_grants": worker_db_grants,
-                "worker_grants_sql": worker_grants_sql}
+                "worker_grants": contract.worker_grants, "worker_db_grants": worker_db_grants}
