@@ -263,6 +263,10 @@ class Node:
             return f"{mac.HOME}/Library/LaunchAgents/{self._label(worker)}.plist"
         return f"/etc/systemd/system/{worker}.service"
 
+    def worker_installed(self, worker: str = "web-worker") -> bool:
+        """Whether the worker's unit or plist is there."""
+        return self.sh("test", "-e", self.worker_service_file(worker)).returncode == 0
+
     def worker_active(self, worker: str = "web-worker") -> bool:
         """Whether its service manager runs the worker now."""
         if self.kind == "macos":
