@@ -81,6 +81,7 @@ class Run:
     seconds: float
     log: Path
     inventory: str = ""
+    args: tuple[str, ...] = ()
 
     @property
     def recap(self) -> dict[str, dict[str, int]]:
@@ -172,7 +173,7 @@ class Playbooks:
         log = self.log_dir / f"{len(self.runs) + 1:02d}-{Path(playbook).stem}-{inventory.name}.log"
         log.write_text(output)
         run = Run(Path(playbook).name, proc.returncode, output, time.monotonic() - started, log,
-                  inventory.name)
+                  inventory.name, args)
         self.runs.append(run)
         self.timings.append({"test": current_test(), "playbook": run.name,
                              "inventory": inventory.name, "seconds": round(run.seconds, 1),

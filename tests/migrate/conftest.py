@@ -27,10 +27,10 @@ LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 FIGURES = LOG_DIR / "figures.json"
 # A test that needs the web worker on one side (the Linux host for systemd's stop, the Mac
 # for launchd's reload) pays a whole move when the test before left it on the other: in this
-# order, and test_faults.py's, each finds it where it needs it (the README's move, from the
-# Linux host to the Mac, comes before the Mac's tests).
+# order, and test_faults.py's, each finds it where it needs it (test_faults.py ends with it
+# on the Mac, test_macos.py's last move takes it to the Linux host, the README's move back).
 ORDER = ["test_hardening.py", "test_check_mode.py", "test_migrate_web.py", "test_faults.py",
-         "test_readme.py", "test_macos.py", "test_upgrade_model.py", "test_secrets.py"]
+         "test_macos.py", "test_readme.py", "test_upgrade_model.py", "test_secrets.py"]
 WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 

@@ -22,10 +22,9 @@ web worker in the Coordinator's registry, with one worker_web.py process, on its
   stopped within its shutdown timeout, and said;
 - the old worker ignoring SIGTERM (SIG_IGN): systemd kills it after TimeoutStopSec, and the
   playbook says so with that bound;
-- ansible-playbook interrupted (Ctrl-C) at each play boundary, then run again: converges;
-- cut by Ctrl-C or a lost controller as a task of the switch-over play or of its rollback
-  starts, then run again: converges (one case of each a run, another each day; every case
-  with LAB_CUTS=all);
+- ansible-playbook interrupted (Ctrl-C) at a play boundary, or cut by Ctrl-C or a lost
+  controller as a task of the switch-over play or of its rollback starts, then run again:
+  converges (one boundary and one task a run, others each day; every one with LAB_CUTS=all);
 - PostgreSQL restarted as the new worker starts, and the Coordinator as the test task is
   routed, in one move.
 """
@@ -297,6 +296,110 @@ def test_new_host_gone_after_its_worker_started_rolls_back(cluster) -> None:
     cluster.assert_settled(traffic.outcome(), old, failed_ok=1)
 
 
+SWITCH_OVER = "Switch over and prove it with a routed task"
+# Ctrl-C as a terminal sends it, and a controller lost with its whole process group.
+CUTS = {"Ctrl-C": drive.interrupt, "a lost controller": drive.kill_group}
+
+
+def cut_at(task: str, how: str) -> tuple[str, Callable[[object], None]]:
+    return f"^TASK \\[{re.escape(task)}\\]", CUTS[how]
+
+
+def assert_cut(run: drive.Run, how: str) -> None:
+    assert run.returncode != 0, f"not cut ({how}): {run.output[-3000:]}"
+    if how == "Ctrl-C":
+        assert "User interrupted execution" in run.output or run.returncode == -signal.SIGINT, (
+            run.output[-3000:])
+    else:
+        assert run.returncode == -signal.SIGKILL, run.returncode
+
+
+def tasks_printed(cluster, target: str, rolled_back: bool) -> list[str]:
+    """The switch-over play's tasks, as this session's runs moving the web worker to
+    ``target`` printed them: with ``rolled_back``, the rollback's (from its first task on)
+    of the latest run the rollback ended; otherwise those of a whole move. What a run
+    prints can be cut."""
+    printed = [(run, run.tasks_of(SWITCH_OVER)) for run in cluster.playbooks.runs
+               if run.name == "migrate-web.yml" and run.inventory.endswith(f"web-on-{target}")
+               and "--check" not in run.args]
+    if rolled_back:
+        for run, tasks in reversed(printed):
+            rollback = [t for t in tasks if t.startswith("Roll back")]
+            if run.returncode != 0 and rollback:
+                return tasks[tasks.index(rollback[0]):]
+    else:
+        # The tasks every whole move printed (one cut short and run again skips some; one
+        # test's fault adds some).
+        moves = [tasks for run, tasks in printed if run.returncode == 0
+                 and any(t.startswith("6. Stop the old web worker") for t in tasks)]
+        if moves:
+            return [t for t in moves[0] if all(t in tasks for tasks in moves)]
+    raise AssertionError(f"no run of this session moved the web worker to {target} "
+                         f"{'and rolled back' if rolled_back else 'to the end'}")
+
+
+def cut_cases(count: int) -> list[int]:
+    """Which of ``count`` cases this run takes: every one under LAB_CUTS=all; otherwise one,
+    another each day, so that every case is cut in turn across runs."""
+    if os.environ.get("LAB_CUTS") == "all":
+        return list(range(count))
+    return [datetime.date.today().toordinal() % count]
+
+
+@pytest.mark.timeout(14400)
+def test_cut_at_a_task_of_the_switch_over_or_its_rollback_then_run_again_converges(
+        cluster) -> None:
+    # Each case: the move cut by Ctrl-C (SIGINT to the whole process group, ssh included)
+    # or a lost controller (SIGKILL to it) as a task of the switch-over play or of its
+    # rollback starts, then run again: every routed task done or failed with a reason, none
+    # lost, one alive web worker; how long tasks:web went unserved is in the figures.
+    # A rollback case starts from the new host leaving the network as the switch-over
+    # starts (as test_new_host_gone_after_its_worker_started_rolls_back, whose run names
+    # the rollback's tasks) and, back, it is the one the run again moves to. Every case
+    # moves the web worker from where this test found it to the other host (under
+    # LAB_CUTS=all it is moved back between cases).
+    start = cluster.web_host()
+    new = cluster.other(start)
+    cases = [(task, how, rolled_back) for rolled_back in (True, False)
+             for task in tasks_printed(cluster, new, rolled_back) for how in CUTS]
+    for number, case in enumerate(cut_cases(len(cases))):
+        if number:
+            cluster.web_on(start)
+        task, how, rolled_back = cases[case]
+        leave = [(r"^PLAY \[Switch over", lambda _: cluster.nodes[new].disconnect())]
+        with cluster.traffic() as traffic:
+            try:
+                cut = cluster.migrate(new, on=[*(leave if rolled_back else []),
+                                               cut_at(task, how)])
+            finally:
+                if rolled_back:
+                    cluster.nodes[new].connect()
+            assert_cut(cut, how)
+            again = cluster.migrate(new)
+        assert again.returncode == 0, (task, how, again.output[-6000:])
+        outcome = traffic.outcome()
+        cluster.assert_settled(outcome, new, failed_ok=outcome.routed)
+
+
+@pytest.mark.timeout(3600)
+def test_interrupted_at_a_play_boundary_then_run_again_converges(cluster) -> None:
+    # The move cut by Ctrl-C as a play starts, then run again to the end. One boundary a
+    # run, another each day (cut_cases); under LAB_CUTS=all one move is cut at the first
+    # boundary, run again and cut at the next, and so on: each run starts from where the cut
+    # before left the cluster (the Redis grant given, the new worker started beside the old,
+    # the old one stopped, its files gone) and must get past that point to the next cut.
+    plays = re.findall(r"^- name: (.+)$", (drive.REPO / "migrate-web.yml").read_text(), re.M)
+    target = cluster.other(cluster.web_host())
+    with cluster.traffic() as traffic:
+        for boundary in [1 + case for case in cut_cases(len(plays) - 1)]:
+            banner = re.escape(f"PLAY [{plays[boundary].strip(chr(34))}]")
+            cut = cluster.migrate(target, on=[(f"^{banner}", drive.interrupt)])
+            assert_cut(cut, "Ctrl-C")
+        finish = cluster.migrate(target)
+        assert finish.returncode == 0, finish.output[-6000:]
+    cluster.assert_settled(traffic.outcome(), target)
+
+
 @pytest.mark.timeout(1800)
 def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> None:
     # What the playbook says of the stop is read from systemd (the Mac's launchd: a gap).
@@ -335,111 +438,22 @@ def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> Non
     cluster.assert_settled(traffic.outcome(), new)
 
 
-@pytest.mark.timeout(3600)
-def test_interrupted_at_each_play_boundary_then_run_again_converges(cluster) -> None:
-    # One move, cut by Ctrl-C at the first play boundary, run again and cut at the next, and
-    # so on: each run starts from where the cut before left the cluster (the Redis grant
-    # given, the new worker started beside the old, the old one stopped, its files gone) and
-    # must get past that point to the next cut; the last run completes the move.
-    plays = re.findall(r"^- name: (.+)$", (drive.REPO / "migrate-web.yml").read_text(), re.M)
-    target = cluster.other(cluster.web_host())
+def test_postgresql_and_the_coordinator_restarting_in_the_middle_of_the_move(cluster) -> None:
+    # Two restarts in one move, each where it hurts: PostgreSQL as the new worker starts
+    # (it registers and claims through it), the Coordinator as the test task is routed. Each
+    # hook must fire (drive.Playbooks fails a run whose hook line never appeared).
+    old = cluster.web_host()
+    new = cluster.other(old)
+
+    def restart(unit: str) -> Callable[[object], None]:
+        return lambda _: cluster.nodes[CORE].sh("systemctl", "restart", unit, check=True)
+
     with cluster.traffic() as traffic:
-        for boundary in range(1, len(plays)):
-            banner = re.escape(f"PLAY [{plays[boundary].strip(chr(34))}]")
-            cut = cluster.migrate(target, on=[(f"^{banner}", drive.interrupt)])
-            assert cut.returncode != 0, f"not interrupted before play {boundary + 1}"
-            assert "User interrupted execution" in cut.output or cut.returncode == -signal.SIGINT, (
-                boundary, cut.output[-6000:])
-        finish = cluster.migrate(target)
-        assert finish.returncode == 0, finish.output[-6000:]
-    cluster.assert_settled(traffic.outcome(), target)
-
-
-SWITCH_OVER = "Switch over and prove it with a routed task"
-# Ctrl-C as a terminal sends it, and a controller lost with its whole process group.
-CUTS = {"Ctrl-C": drive.interrupt, "a lost controller": drive.kill_group}
-
-
-def cut_at(task: str, how: str) -> tuple[str, Callable[[object], None]]:
-    return f"^TASK \\[{re.escape(task)}\\]", CUTS[how]
-
-
-def assert_cut(run: drive.Run, how: str) -> None:
-    assert run.returncode != 0, f"not cut ({how}): {run.output[-3000:]}"
-    if how == "Ctrl-C":
-        assert "User interrupted execution" in run.output or run.returncode == -signal.SIGINT, (
-            run.output[-3000:])
-    else:
-        assert run.returncode == -signal.SIGKILL, run.returncode
-
-
-def tasks_printed(cluster, target: str, rolled_back: bool) -> list[str]:
-    """The switch-over play's tasks, as this session's runs moving the web worker to
-    ``target`` printed them: with ``rolled_back``, the rollback's (from its first task on)
-    of the latest run the rollback ended; otherwise those of a whole move. What a run
-    prints can be cut."""
-    printed = [(run, run.tasks_of(SWITCH_OVER)) for run in cluster.playbooks.runs
-               if run.name == "migrate-web.yml" and run.inventory.endswith(f"web-on-{target}")]
-    if rolled_back:
-        for run, tasks in reversed(printed):
-            rollback = [t for t in tasks if t.startswith("Roll back")]
-            if run.returncode != 0 and rollback:
-                return tasks[tasks.index(rollback[0]):]
-    else:
-        # The tasks every whole move printed (one cut short and run again skips some; one
-        # test's fault adds some).
-        moves = [tasks for run, tasks in printed if run.returncode == 0
-                 and any(t.startswith("6. Stop the old web worker") for t in tasks)]
-        if moves:
-            return [t for t in moves[0] if all(t in tasks for tasks in moves)]
-    raise AssertionError(f"no run of this session moved the web worker to {target} "
-                         f"{'and rolled back' if rolled_back else 'to the end'}")
-
-
-def cut_cases(rollbacks: int, switches: int) -> list[tuple[int, int]]:
-    """Which cases this run takes, as pairs (a rollback case, then a switch-over case, so
-    each pair leaves the web worker where it found it): every case under LAB_CUTS=all;
-    otherwise one pair, another each day, so that every task is cut in turn across runs."""
-    if os.environ.get("LAB_CUTS") == "all":
-        return [(i % rollbacks, i % switches) for i in range(max(rollbacks, switches))]
-    day = datetime.date.today().toordinal()
-    return [(day % rollbacks, day % switches)]
-
-
-@pytest.mark.timeout(7200)
-def test_cut_at_a_task_of_the_switch_over_or_its_rollback_then_run_again_converges(
-        cluster) -> None:
-    # Each case: the move cut by Ctrl-C (SIGINT to the whole process group, ssh included)
-    # or a lost controller (SIGKILL to it) as a task of the switch-over play or of its
-    # rollback starts, then run again: every routed task done or failed with a reason, none
-    # lost, one alive web worker; how long tasks:web went unserved is in the figures.
-    # A rollback case starts from the new host leaving the network as the switch-over
-    # starts (as test_new_host_gone_after_its_worker_started_rolls_back) and, back, it is
-    # the one the run again moves to. A rollback case then a switch-over case, each moving
-    # the web worker to the other host, leave it where they found it.
-    ways = list(CUTS)
-    start = cluster.web_host()
-    rollback = [(task, how) for task in tasks_printed(cluster, cluster.other(start), True)
-                for how in ways]
-    switch = [(task, how) for task in tasks_printed(cluster, start, False) for how in ways]
-    for pair in cut_cases(len(rollback), len(switch)):
-        for case, cases, rolled_back in ((pair[0], rollback, True), (pair[1], switch, False)):
-            task, how = cases[case]
-            new = cluster.other(cluster.web_host())
-            leave = [(r"^PLAY \[Switch over", lambda _, host=new: cluster.nodes[host].disconnect())]
-            with cluster.traffic() as traffic:
-                try:
-                    cut = cluster.migrate(new, on=[*(leave if rolled_back else []),
-                                                   cut_at(task, how)])
-                finally:
-                    if rolled_back:
-                        cluster.nodes[new].connect()
-                assert_cut(cut, how)
-                again = cluster.migrate(new)
-            assert again.returncode == 0, (task, how, again.output[-6000:])
-            outcome = traffic.outcome()
-            cluster.assert_settled(outcome, new, failed_ok=outcome.routed)
-    assert cluster.web_host() == start
+        run = cluster.migrate(new, on=[
+            (r"^PLAY \[Start the web worker", restart("postgresql.service")),
+            (r"^TASK \[7\. Route a test task", restart("coordinator.service"))])
+    assert run.returncode == 0, f"PostgreSQL and the Coordinator restarted: {run.output[-6000:]}"
+    cluster.assert_settled(traffic.outcome(), new)
 
 
 # One line of a .pth file in the worker's virtualenv: every Python started from it sets
@@ -491,22 +505,4 @@ def test_an_old_worker_that_ignores_sigterm_is_killed_by_systemd_within_the_boun
     assert "State 'stop-sigterm' timed out. Killing." in journal, journal[-3000:]
     assert pid not in node.processes()
     # Drained first, it held no task when killed: none lost, none failed.
-    cluster.assert_settled(traffic.outcome(), new)
-
-
-def test_postgresql_and_the_coordinator_restarting_in_the_middle_of_the_move(cluster) -> None:
-    # Two restarts in one move, each where it hurts: PostgreSQL as the new worker starts
-    # (it registers and claims through it), the Coordinator as the test task is routed. Each
-    # hook must fire (drive.Playbooks fails a run whose hook line never appeared).
-    old = cluster.web_host()
-    new = cluster.other(old)
-
-    def restart(unit: str) -> Callable[[object], None]:
-        return lambda _: cluster.nodes[CORE].sh("systemctl", "restart", unit, check=True)
-
-    with cluster.traffic() as traffic:
-        run = cluster.migrate(new, on=[
-            (r"^PLAY \[Start the web worker", restart("postgresql.service")),
-            (r"^TASK \[7\. Route a test task", restart("coordinator.service"))])
-    assert run.returncode == 0, f"PostgreSQL and the Coordinator restarted: {run.output[-6000:]}"
     cluster.assert_settled(traffic.outcome(), new)
