@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg.conninfo
 from coordinator_contract import REDIS_CA_FILE_ENV
@@ -163,8 +164,8 @@ def _token(env: Mapping[str, str], name: str) -> str | None:
     return token
 
 
-def load_config(env: Mapping[str, str]) -> Config:
-    """Build the configuration from ``env`` (usually ``os.environ``)."""
+def _backends(env: Mapping[str, str]) -> tuple[str, str]:
+    """PG_DSN and REDIS_HOST, both required."""
     dsn = env.get("PG_DSN", "").strip()
     if not dsn:
         raise ConfigError(f"PG_DSN is not set: set it to a libpq DSN, e.g. '{DSN_EXAMPLE}'")
@@ -180,6 +181,10 @@ def load_config(env: Mapping[str, str]) -> Config:
         raise ConfigError(
             "REDIS_HOST is not set: set it to the Redis server's host name or address"
         )
+    return dsn, redis_host
+
+
+def _bind(env: Mapping[str, str]) -> str:
     bind = env.get("COORDINATOR_BIND", "").strip() or DEFAULT.bind
     for address in split_addresses(bind):
         try:
@@ -189,6 +194,11 @@ def load_config(env: Mapping[str, str]) -> Config:
                 f"COORDINATOR_BIND={bind!r}: {address!r} is not an IP address: use one or "
                 "more, separated by commas, e.g. 127.0.0.1,192.168.0.40"
             ) from None
+    return bind
+
+
+def _tokens(env: Mapping[str, str]) -> dict[str, Any]:
+    """The tokens and whether /metrics is open, as Config's fields."""
     token = _token(env, "COORDINATOR_TOKEN")
     metrics_token = _token(env, "COORDINATOR_METRICS_TOKEN")
     if metrics_token is not None and metrics_token == token:
@@ -208,6 +218,11 @@ def load_config(env: Mapping[str, str]) -> Config:
             f"COORDINATOR_METRICS_OPEN={env.get('COORDINATOR_METRICS_OPEN')!r} is not true or "
             "false: true lets anyone read /metrics, false (the default) asks for a token"
         )
+    return {"token": token, "metrics_token": metrics_token,
+            "worker_token_key": worker_token_key, "metrics_open": metrics_open == "true"}
+
+
+def _log_level(env: Mapping[str, str]) -> str:
     log_level = (env.get("COORDINATOR_LOG_LEVEL") or DEFAULT.log_level).strip().upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") or \
             not isinstance(logging.getLevelName(log_level), int):
@@ -215,6 +230,11 @@ def load_config(env: Mapping[str, str]) -> Config:
             f"COORDINATOR_LOG_LEVEL={env.get('COORDINATOR_LOG_LEVEL')!r} is not a log level: "
             "use debug, info, warning, error or critical"
         )
+    return log_level
+
+
+def _tls(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """COORDINATOR_TLS_CERT and COORDINATOR_TLS_KEY: both or neither."""
     tls_cert = (env.get("COORDINATOR_TLS_CERT") or "").strip() or None
     tls_key = (env.get("COORDINATOR_TLS_KEY") or "").strip() or None
     if (tls_cert is None) != (tls_key is None):
@@ -222,6 +242,16 @@ def load_config(env: Mapping[str, str]) -> Config:
                           else ("COORDINATOR_TLS_KEY", "COORDINATOR_TLS_CERT"))
         raise ConfigError(f"{given} is set without {missing}: HTTPS needs both the "
                           "certificate and its key; set both, or neither for plain HTTP")
+    return tls_cert, tls_key
+
+
+def load_config(env: Mapping[str, str]) -> Config:
+    """Build the configuration from ``env`` (usually ``os.environ``)."""
+    dsn, redis_host = _backends(env)
+    bind = _bind(env)
+    tokens = _tokens(env)
+    log_level = _log_level(env)
+    tls_cert, tls_key = _tls(env)
     d = DEFAULT
     ttl = _number(env, "COORDINATOR_HEARTBEAT_TTL", d.heartbeat_ttl, integer=False,
                   minimum=0.3, unit="seconds")
@@ -236,10 +266,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         port=_port(env, "COORDINATOR_PORT", d.port),
         tls_cert=tls_cert,
         tls_key=tls_key,
-        token=token,
-        metrics_token=metrics_token,
-        metrics_open=metrics_open == "true",
-        worker_token_key=worker_token_key,
+        **tokens,
         heartbeat_ttl=ttl,
         web_task_deadline=_number(env, "COORDINATOR_WEB_TASK_DEADLINE", d.web_task_deadline,
                                   integer=False, minimum=0, unit="seconds"),
