@@ -1,8 +1,8 @@
 """The HTTP API's bodies as pydantic models: what the OpenAPI schema documents and the server
 does. Request bodies are validated with them (``POST /route`` by ``routing`` on its fast
-path, to the same rules); answers are documented with them, and the handlers send exactly
-these fields. ``ERRORS`` lists the status codes each operation can answer besides its
-success, every one with the ``{"error": ...}`` body.
+path, to the same rules); the handlers return them as their answers. Each route lists beside
+its path the error statuses it can give (``errors``), every one with the ``{"error": ...}``
+body.
 """
 
 from __future__ import annotations
@@ -98,10 +98,14 @@ class RouteAnswer(BaseModel):
     warning: str | None = Field(None, description="saved, but Redis did not take the id yet")
 
 
-# -- GET /task/{task_id} ---------------------------------------------------------------------
+# -- a task ----------------------------------------------------------------------------------
 
 
-class TaskView(BaseModel):
+# The one shape of a task: GET /task/{task_id}, each of GET /tasks and the status page's
+# (its public columns, queries.PUBLIC_COLUMNS, made into one by tasks.task_view).
+class Task(BaseModel):
+    """A task: what was asked, where it is, and its result or error."""
+
     task_id: uuid.UUID
     task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
     status: Literal["queued", "running", "done", "failed"]
@@ -110,6 +114,7 @@ class TaskView(BaseModel):
                            "results (summarisation failed), or why there are none (SearXNG's "
                            "engines failed)")
     worker: str
+    requested_worker: str | None = Field(description="the worker POST /route named, if any")
     worker_id: str | None
     worker_host: str | None
     error: str | None
@@ -249,26 +254,8 @@ class WorkersAnswer(BaseModel):
     heartbeat_ttl: float
 
 
-class TaskRow(BaseModel):
-    id: uuid.UUID
-    task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
-    status: Literal["queued", "running", "done", "failed"]
-    worker: str
-    worker_id: str | None
-    worker_host: str | None
-    model: str | None
-    answered_model: str | None
-    fallback: bool
-    error: str | None = Field(description="the first 1,000 characters of the error")
-    attempts: int
-    max_attempts: int
-    queue: str | None
-    created_at: str
-    finished_at: str | None
-
-
 class TasksAnswer(BaseModel):
-    tasks: list[TaskRow] = Field(description="newest first")
+    tasks: list[Task] = Field(description="newest first")
     more: bool = Field(description="more tasks match than the limit")
 
 
@@ -314,7 +301,7 @@ class HealthAnswer(BaseModel):
 
 # -- status codes ----------------------------------------------------------------------------
 
-_WHY = {
+WHY = {
     400: "the body is missing or not JSON",
     401: "missing or wrong bearer token",
     403: "a token for other requests: the metrics token reads GET /metrics only, a worker's "
@@ -326,28 +313,9 @@ _WHY = {
     422: "a field is wrong",
     503: "PostgreSQL or Redis did not answer; retry (Retry-After)",
 }
-_POST = (400, 401, 403, 413, 422, 503)
-#: (method, path) -> the error statuses it can answer.
-ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
-    ("post", "/route"): (*_POST, 404, 409),
-    ("get", "/task/{task_id}"): (401, 403, 404, 422, 503),
-    ("post", "/workers/register"): _POST,
-    ("post", "/workers/{worker_id}/heartbeat"): (*_POST, 404),
-    ("post", "/workers/{worker_id}/deregister"): (*_POST, 404),
-    ("get", "/workers"): (401, 403, 503),
-    ("get", "/tasks"): (401, 403, 422, 503),
-    ("post", "/workers/{worker_id}/drain"): (401, 403, 404, 409, 422, 503),
-    ("post", "/workers/{worker_id}/undrain"): (401, 403, 404, 409, 422, 503),
-    ("post", "/task/{task_id}/retry"): (401, 403, 404, 409, 422, 503),
-    ("post", "/task/{task_id}/cancel"): (401, 403, 404, 409, 422, 503),
-    ("get", "/queues"): (401, 403, 503),
-    ("get", "/health"): (503,),
-    ("get", "/metrics"): (401, 403),
-}
 
 
-def error_responses(method: str, path: str) -> dict[int | str, dict[str, Any]]:
-    """FastAPI's ``responses=`` for the error statuses of one operation."""
-    return {status: {"model": ErrorBody if status != 503 or path != "/health" else HealthAnswer,
-                     "description": _WHY[status]}
-            for status in ERRORS[(method, path)]}
+def errors(*statuses: int, body: type[BaseModel] = ErrorBody) -> dict[int | str, dict[str, Any]]:
+    """FastAPI's ``responses=`` for the error statuses an operation gives besides its access
+    rule's 401 and 403 (``access.Access.refusals``), each with ``body``."""
+    return {status: {"model": body, "description": WHY[status]} for status in statuses}

@@ -5,7 +5,6 @@ Coordinator shows the same)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,9 @@ from psycopg.rows import dict_row
 from . import __version__
 from . import queries as q
 from . import statemachine as sm
+from .api_models import Task
 from .stats import Stats
+from .tasks import task_view
 from .workers import Workers
 
 #: ``since`` filter values, as the page offers them (value, label, seconds; None: all time).
@@ -59,13 +60,15 @@ class TaskFilter:
                 "since": self.since}
 
 
-def task_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    out["id"] = str(out["id"])
-    for column in ("created_at", "started_at", "finished_at"):
-        if column in out:
-            out[column] = q.iso(out[column])
-    return out
+@dataclass(frozen=True)
+class TaskInFull:
+    """What the status page shows of one task: the task, its prompt, its timeline (oldest
+    first) and the actions taken on it."""
+
+    task: Task
+    prompt: str
+    timeline: list[dict[str, Any]]
+    audit: list[dict[str, Any]]
 
 
 class Overview:
@@ -95,18 +98,16 @@ class Overview:
             "waiting": queues["waiting"],
         }
 
-    async def tasks(self, where: TaskFilter, limit: int = LIST_LIMIT
-                    ) -> tuple[list[dict[str, Any]], bool]:
+    async def tasks(self, where: TaskFilter, limit: int = LIST_LIMIT) -> tuple[list[Task], bool]:
         """The newest tasks that match, and whether there are more."""
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q.LIST_TASKS, where.params(limit))
             rows = await cur.fetchall()
-        return [task_row(r) for r in rows[:limit]], len(rows) > limit
+        return [task_view(r) for r in rows[:limit]], len(rows) > limit
 
-    async def task(self, task_id: uuid.UUID
-                   ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
-        """One task in full, its timeline (oldest first) and the actions taken on it."""
+    async def task(self, task_id: uuid.UUID) -> TaskInFull | None:
+        """One task in full, or None."""
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(q.TASK_IN_FULL, {"id": task_id})
@@ -117,4 +118,4 @@ class Overview:
             timeline = [dict(r, at=q.iso(r["at"])) for r in await cur.fetchall()]
             await cur.execute(q.AUDIT_OF, {"target": str(task_id)})
             audit = [dict(r, at=q.iso(r["at"])) for r in await cur.fetchall()]
-        return task_row(row), timeline, audit
+        return TaskInFull(task_view(row), row["prompt"], timeline, audit)

@@ -259,9 +259,9 @@ def _task_action(task: Mapping[str, Any]) -> str:
     """Retry for a failed task, Cancel for a queued one; a running or done task has none."""
     status = task.get("status")
     if status == "failed":
-        return _action_link("retry", task["id"], "Retry")
+        return _action_link("retry", task["task_id"], "Retry")
     if status == "queued":
-        return _action_link("cancel", task["id"], "Cancel")
+        return _action_link("cancel", task["task_id"], "Cancel")
     return ""
 
 
@@ -462,7 +462,8 @@ def _task_row(t: Mapping[str, Any]) -> str:
     if answered and answered != t.get("model"):
         model += f' <span class="muted">→ {_e(answered)}</span>'
     cells = [
-        f'<td class="id"><a href="{_e(_task_url(t["id"]))}">{_e(_short(t["id"]))}</a></td>',
+        f'<td class="id"><a href="{_e(_task_url(t["task_id"]))}">'
+        f'{_e(_short(t["task_id"]))}</a></td>',
         f'<td>{_v(t.get("task_type"))}</td>',
         f"<td{status_cls}>{status_html}</td>",
         f"<td>{_task_action(t)}</td>",
@@ -473,7 +474,7 @@ def _task_row(t: Mapping[str, Any]) -> str:
         f'<td>{_time(t.get("created_at"))}</td>',
         f'<td>{_time(t.get("finished_at"))}</td>',
     ]
-    attrs = _attrs({"data-task-id": t["id"], "data-status": status})
+    attrs = _attrs({"data-task-id": t["task_id"], "data-status": status})
     return f"<tr{attrs}>{''.join(cells)}</tr>"
 
 
@@ -542,12 +543,12 @@ def _audit(audit: Sequence[Mapping[str, Any]]) -> str:
     return f'<section id="audit-section">\n<h2>Audit</h2>\n{table}\n</section>'
 
 
-def task_page(task: dict[str, Any], timeline: list[dict[str, Any]], audit: list[dict[str, Any]]
-              ) -> str:
+def task_page(task: dict[str, Any], prompt: str, timeline: list[dict[str, Any]],
+              audit: list[dict[str, Any]]) -> str:
     # The actions here are links to the confirmation page, whose form carries the Form.
     error = task.get("error")
     entries: list[tuple[str, str]] = [
-        ("ID", f'<code>{_e(task["id"])}</code>'),
+        ("ID", f'<code>{_e(task["task_id"])}</code>'),
         ("Status", _status_badge(task.get("status", ""))),
     ]
     if error:
@@ -575,7 +576,7 @@ def task_page(task: dict[str, Any], timeline: list[dict[str, Any]], audit: list[
     result_html = (f'<pre id="result">{_e(result)}</pre>' if result is not None
                    else '<p id="result" class="muted">no result</p>')
     body = f"""<header class="top">
-<h1>Task <code>{_e(_short(task["id"]))}</code></h1>
+<h1>Task <code>{_e(_short(task["task_id"]))}</code></h1>
 <a id="back" href="/ui">back to the overview</a>
 </header>
 <div class="actions">{_status_badge(task.get("status", ""))}{_fallback_badge(task)}
@@ -585,7 +586,7 @@ def task_page(task: dict[str, Any], timeline: list[dict[str, Any]], audit: list[
 </dl>
 <section id="prompt-section">
 <h2>Prompt</h2>
-<pre id="prompt">{_e(task.get("prompt", ""))}</pre>
+<pre id="prompt">{_e(prompt)}</pre>
 </section>
 <section id="result-section">
 <h2>Result</h2>
@@ -596,7 +597,7 @@ def task_page(task: dict[str, Any], timeline: list[dict[str, Any]], audit: list[
 {_timeline(timeline)}
 </section>
 {_audit(audit)}"""
-    return _page(f"Task {_short(task['id'])}", body)
+    return _page(f"Task {_short(task['task_id'])}", body)
 
 
 # -- confirmation and result -------------------------------------------------------------------

@@ -17,7 +17,8 @@ from .schema import WORKER_ALIVE
 
 # -- tasks -------------------------------------------------------------------------------------
 
-#: The columns GET /task shows (tasks.task_json).
+#: A task's public columns: what GET /task, GET /tasks and the status page show of it
+#: (tasks.task_view, api_models.Task).
 PUBLIC_COLUMNS = (
     "id, task_type, status, result, fallback, worker, worker_id, worker_host, error,"
     " attempts, max_attempts, model, answered_model, queue, requested_worker, created_at,"
@@ -26,12 +27,8 @@ PUBLIC_COLUMNS = (
 #: Tasks by id; concurrent reads share one (TaskReader).
 SELECT_TASKS = f"SELECT {PUBLIC_COLUMNS} FROM tasks WHERE id = ANY(%s)"
 # The status page, GET /tasks (overview). The list reads tasks_created_idx newest first.
-_TASK_LIST_COLUMNS = (
-    "id, task_type, status, worker, worker_id, worker_host, model, answered_model, fallback,"
-    " left(error, 1000) AS error, attempts, max_attempts, queue, created_at, finished_at"
-)
 LIST_TASKS = (
-    f"SELECT {_TASK_LIST_COLUMNS} FROM tasks"
+    f"SELECT {PUBLIC_COLUMNS} FROM tasks"
     " WHERE (%(status)s::text IS NULL OR status = %(status)s)"
     " AND (%(task_type)s::text IS NULL OR task_type = %(task_type)s)"
     " AND (%(worker)s::text IS NULL OR worker_id = %(worker)s OR worker = %(worker)s)"

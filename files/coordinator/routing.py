@@ -48,12 +48,15 @@ NAME_RE = re.compile(f"^{NAME}$")
 
 
 class RequestError(Exception):
-    """A client error: HTTP ``status`` and a one-line ``message`` saying how to fix it."""
+    """A client error: HTTP ``status`` and a one-line ``message`` saying how to fix it (and
+    the ``headers`` it needs, such as a 401's ``WWW-Authenticate``)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None
+                 ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
 
 
 @dataclass(frozen=True)

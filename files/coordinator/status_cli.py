@@ -140,7 +140,7 @@ def format_failures(answer: Mapping[str, Any]) -> str:
     rows = answer.get("tasks") or []
     if not rows:
         return "no failed task"
-    cells = [(moment(t.get("finished_at") or t.get("created_at")), short_id(t.get("id")),
+    cells = [(moment(t.get("finished_at") or t.get("created_at")), short_id(t.get("task_id")),
               clean(t.get("task_type")),
               clean(t.get("worker_id") or t.get("worker")),
               f"{clean(t.get('attempts'))}/{clean(t.get('max_attempts'))}",

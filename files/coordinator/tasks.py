@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from . import audit
 from . import queries as q
 from . import statemachine as sm
+from .api_models import Task
 from .config import Config
 from .errors import first_line
 from .events import TaskEvents
@@ -47,36 +48,17 @@ def describe_not_taking(worker_id: str, known: KnownWorker | None) -> str:
     return f"worker {worker_id!r} is not alive: the task waits for it"
 
 
-def task_json(row: dict[str, Any]) -> dict[str, Any]:
-    """The public view of a task row."""
+def task_view(row: Mapping[str, Any]) -> Task:
+    """The public shape of a task (``api_models.Task``) from its row's public columns."""
     waiting = row["status"] == sm.QUEUED and row["queue"] is None
-    out = {
-        "task_id": str(row["id"]),
-        "task_type": row["task_type"],
-        "status": row["status"],
-        "result": row["result"],
-        "fallback": row["fallback"],
-        "worker": row["worker"],
-        "worker_id": row["worker_id"],
-        "worker_host": row["worker_host"],
-        "error": row["error"],
-        "attempts": row["attempts"],
-        "max_attempts": row["max_attempts"],
-        "model": row["model"],
-        "answered_model": row["answered_model"],
-        "queue": row["queue"],
-        "waiting": waiting,
-        "created_at": q.iso(row["created_at"]),
-        "started_at": q.iso(row["started_at"]),
-        "finished_at": q.iso(row["finished_at"]),
-    }
+    note = None
     if waiting:
-        if row["requested_worker"]:
-            out["note"] = (f"worker '{row['requested_worker']}' is not alive: the task is "
-                           "dispatched to it when it registers again")
-        else:
-            out["note"] = describe_no_worker(row["model"])
-    return out
+        note = (f"worker '{row['requested_worker']}' is not alive: the task is dispatched to "
+                "it when it registers again" if row["requested_worker"]
+                else describe_no_worker(row["model"]))
+    times = {column: q.iso(row[column]) for column in ("created_at", "started_at", "finished_at")}
+    return Task.model_validate({**row, "task_id": row["id"], **times, "waiting": waiting,
+                                "note": note})
 
 
 class Coalescer(Generic[Item, Answer]):
@@ -379,7 +361,7 @@ class Tasks:
                 "changed": outcome.changed, "message": outcome.message,
                 "repeated": outcome.repeated}
 
-    async def get(self, task_id: uuid.UUID, wait: float) -> dict[str, Any] | None:
+    async def get(self, task_id: uuid.UUID, wait: float) -> Task | None:
         """The task's public view; with ``wait`` > 0, long-poll until done or failed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
@@ -392,7 +374,7 @@ class Tasks:
                     return None
                 remaining = deadline - loop.time()
                 if fut is None or row["status"] in sm.FINAL or remaining <= 0:
-                    return task_json(row)
+                    return task_view(row)
                 await asyncio.wait((fut,), timeout=remaining)
             finally:
                 if fut is not None:

@@ -1,6 +1,8 @@
-"""The status page's handlers: its session, its protection against cross-site requests, and
-its actions. The HTML is ``pages``; the data ``overview``; the actions are the same service
-calls as the API's (``Tasks.retry``, ``Tasks.cancel``, ``Workers.drain``).
+"""The status page's router (``status_page``): its session, its protection against
+cross-site requests, and its actions. The HTML is ``pages``; the data
+``overview``; the actions are the same service calls as the API's (``Tasks.retry``,
+``Tasks.cancel``, ``Workers.drain``). Its routes are left out of the OpenAPI schema (they are
+HTML), and each names beside its path what it needs of the session (``Viewer``, ``Actor``).
 
 Authentication: the login form takes the Coordinator's bearer token once and sets a session
 cookie (``HttpOnly``, ``SameSite=Strict``, ``Path=/ui``) holding its issue time and the
@@ -23,20 +25,19 @@ import hmac
 import secrets
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from coordinator_contract import TASK_TYPES
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
 from . import pages
 from . import statemachine as sm
+from .config import Config
 from .overview import SINCE, Overview, TaskFilter
-
-if TYPE_CHECKING:
-    from .config import Config
-    from .service import Coordinator
+from .routers import Service
 
 PREFIX = "/ui"
 COOKIE = "coordinator_session"
@@ -60,7 +61,7 @@ ACTIONS = {
 
 
 def is_ui_path(path: str) -> bool:
-    """Paths the UI guards itself (with its session), not with the bearer token."""
+    """Whether ``path`` is the status page's (where a login may send the browser on to)."""
     return path == "/" or path == PREFIX or path.startswith(PREFIX + "/")
 
 
@@ -110,7 +111,8 @@ class Sessions:
         return self.token is None or same(given, self.token)
 
 
-def actor(name: str) -> str:
+def audit_actor(name: str) -> str:
+    """Who the audit record names for an action from the status page."""
     return f"{name} (status page)" if name else "status page"
 
 
@@ -134,7 +136,62 @@ def cross_site(request: Request) -> str | None:
     return None
 
 
-async def read_form(request: Request) -> dict[str, str]:
+def html(text: str, status: int = 200) -> Response:
+    return Response(text, status_code=status, media_type="text/html; charset=utf-8",
+                    headers=HEADERS)
+
+
+# -- what each route needs of the session --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Session:
+    name: str  # typed at the login, for the audit record ("" if none)
+    cookie: str
+
+    def form(self, sessions: Sessions) -> pages.Form:
+        """What an action form of this session carries: its CSRF token, a new idempotency key."""
+        return pages.Form(sessions.csrf(self.cookie), str(uuid.uuid4()))
+
+
+class LoginNeeded(Exception):
+    """A page needs a session the request does not have: the answer is the login page."""
+
+
+class Refused(Exception):
+    """A request the status page does not do: the answer is a page saying why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _sessions(request: Request) -> Sessions:
+    return request.app.state.sessions
+
+
+async def session_of(request: Request) -> Session | None:
+    """The request's session; without a token, a new one when it has none."""
+    sessions = _sessions(request)
+    cookie = request.cookies.get(COOKIE)
+    name = sessions.name(cookie)
+    if name is not None and cookie is not None:
+        return Session(name, cookie)
+    if sessions.token is None:
+        return Session("", sessions.issue(""))
+    return None
+
+
+async def viewer(session: Annotated[Session | None, Depends(session_of)]) -> Session:
+    """A page's reader: logged in, else sent to the login page."""
+    if session is None:
+        raise LoginNeeded
+    return session
+
+
+async def posted(request: Request) -> dict[str, str]:
+    """The request's form fields (the first of each; none for a body over FORM_LIMIT)."""
     body = await request.body()
     if len(body) > FORM_LIMIT:
         return {}
@@ -142,173 +199,182 @@ async def read_form(request: Request) -> dict[str, str]:
                                                          max_num_fields=20).items()}
 
 
-def html(text: str, status: int = 200) -> Response:
-    return Response(text, status_code=status, media_type="text/html; charset=utf-8",
-                    headers=HEADERS)
+Posted = Annotated[dict[str, str], Depends(posted)]
 
 
-def with_session(response: Response, cookie: str | None, request: Request) -> Response:
-    """``response`` setting the session cookie (when there is one): HttpOnly, SameSite
-    strict, and Secure when the page is served over HTTPS, so a browser never sends it in
-    clear to a plain http:// address of the same host."""
-    if cookie is not None:
-        response.set_cookie(COOKIE, cookie, max_age=SESSION_SECONDS, path=PREFIX,
+async def actor(request: Request, session: Annotated[Session | None, Depends(session_of)],
+          form: Posted) -> Session:
+    """Who asks for an action: logged in, from this site, with the form of its session."""
+    if session is None:
+        raise Refused(401, "not done: you are not logged in (or the session ended); log in "
+                           f"at {PREFIX}/login with the Coordinator's token")
+    why = cross_site(request)
+    if why is not None:
+        raise Refused(403, f"not done: {why}")
+    if not same(form.get("csrf", ""), _sessions(request).csrf(session.cookie)):
+        raise Refused(403, "not done: the form is stale or not from this page; reload the "
+                           "page and try again")
+    return session
+
+
+Viewer = Annotated[Session, Depends(viewer)]
+Actor = Annotated[Session, Depends(actor)]
+
+
+def with_session(response: Response, request: Request, session: Session | None = None
+                 ) -> Response:
+    """``response`` setting the session cookie: the one just issued at a login, or, without
+    a token, the page's own session (kept alive by every page). HttpOnly, SameSite strict,
+    and Secure when the page is served over HTTPS, so a browser never sends it in clear to a
+    plain http:// address of the same host."""
+    if session is not None:
+        response.set_cookie(COOKIE, session.cookie, max_age=SESSION_SECONDS, path=PREFIX,
                             httponly=True, samesite="strict",
                             secure=request.url.scheme == "https")
     return response
 
 
-def add_status_pages(app: FastAPI, cfg: Config, coordinator: Coordinator) -> None:
-    """The status page's routes (left out of the OpenAPI schema: they are HTML)."""
-    sessions = Sessions(cfg.token)
+def page_session(request: Request, session: Session) -> Session | None:
+    """The session a page sets again: only the one a Coordinator without a token issues."""
+    return session if _sessions(request).token is None else None
 
-    def overview() -> Overview:
-        return Overview(coordinator.pool, coordinator.stats, coordinator.workers)
 
-    def session_of(request: Request) -> tuple[str, str] | None:
-        """(name, cookie) of the request's session; without a token, a new one."""
-        cookie = request.cookies.get(COOKIE)
-        name = sessions.name(cookie)
-        if name is not None and cookie is not None:
-            return name, cookie
-        if cfg.token is None:
-            return "", sessions.issue("")
-        return None
+async def _to_login(request: Request, exc: Exception) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"{PREFIX}/login?next={quote(target, safe='')}", 303,
+                            headers=HEADERS)
 
-    def to_login(request: Request) -> Response:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return RedirectResponse(f"{PREFIX}/login?next={quote(target, safe='')}", 303,
-                                headers=HEADERS)
 
-    def refused(status: int, message: str) -> Response:
-        return html(pages.result_page("Not done", message, False, PREFIX), status)
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return html(pages.result_page("Not done", exc.message, False, PREFIX), exc.status)
 
-    def get(path: str) -> Any:
-        return app.get(path, include_in_schema=False)
 
-    def post(path: str) -> Any:
-        return app.post(path, include_in_schema=False)
+#: The app's handlers of what the dependencies above raise.
+EXCEPTION_HANDLERS: dict[Any, Any] = {LoginNeeded: _to_login, Refused: _refused}
 
-    @get("/")
-    async def root() -> Response:
-        return RedirectResponse(PREFIX, 303)
 
-    @get(f"{PREFIX}/style.css")
-    async def style() -> Response:
-        return Response(pages.STYLE, media_type="text/css; charset=utf-8",
-                        headers={**HEADERS, "Cache-Control": "max-age=300"})
+def install(app: FastAPI, cfg: Config) -> None:
+    """The status page on ``app``: its routes and its sessions."""
+    app.state.sessions = Sessions(cfg.token)
+    app.include_router(status_page)
 
-    @get(f"{PREFIX}/login")
-    async def login_form(next: str = PREFIX) -> Response:
-        return html(pages.login_page(None, next))
 
-    @post(f"{PREFIX}/login")
-    async def login(request: Request) -> Response:
-        form = await read_form(request)
-        target = form.get("next") or PREFIX
-        if not is_ui_path(target.split("?")[0]) or target.startswith("//"):
-            target = PREFIX
-        why = cross_site(request)
-        if why is not None:
-            return html(pages.login_page(f"login refused: {why}", target), 403)
-        if not sessions.token_ok(form.get("token", "")):
-            given = "no token" if not form.get("token") else "a wrong token"
-            return html(pages.login_page(
-                f"{given}: type the Coordinator's token (COORDINATOR_TOKEN; "
-                "coordinator_token in the inventory's vault)", target), 401)
-        return with_session(RedirectResponse(target, 303, headers=HEADERS),
-                            sessions.issue(clean_name(form.get("name", ""))), request)
+# -- the pages -----------------------------------------------------------------------------------
 
-    @post(f"{PREFIX}/logout")
-    async def logout(request: Request) -> Response:
-        session = session_of(request)
-        form = await read_form(request)
-        if session is not None and same(form.get("csrf", ""), sessions.csrf(session[1])):
-            response = RedirectResponse(f"{PREFIX}/login", 303, headers=HEADERS)
-            response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
-            return response
-        return refused(403, "not logged out: the form is stale; reload the page")
+status_page = APIRouter(include_in_schema=False)
 
-    @get(PREFIX)
-    async def overview_page(request: Request, status: str | None = None,
-                            task_type: str | None = None, worker: str | None = None,
-                            since: str | None = None) -> Response:
-        session = session_of(request)
-        if session is None:
-            return to_login(request)
-        where, problems = TaskFilter(status or None, task_type or None, worker or None,
-                                     since).checked()
-        parts = overview()
-        view = await parts.cluster()
-        view["tasks"], view["more"] = await parts.tasks(where)
-        choices = {"status": list(sm.STATUSES), "task_type": list(TASK_TYPES),
-                   "worker": [w["worker_id"] for w in view["workers"]],
-                   "since": [(value, label) for value, label, _ in SINCE]}
-        notice = ("filter ignored: " + "; ".join(problems)) if problems else None
-        form = pages.Form(sessions.csrf(session[1]), str(uuid.uuid4()))
-        cookie = session[1] if cfg.token is None else None
-        return with_session(html(pages.overview_page(view, where.as_dict(), choices, form,
-                                                     notice)), cookie, request)
 
-    @get(PREFIX + "/task/{task_id}")
-    async def task_page(request: Request, task_id: str) -> Response:
-        if session_of(request) is None:
-            return to_login(request)
+@status_page.get("/")
+async def root() -> Response:
+    return RedirectResponse(PREFIX, 303)
+
+
+@status_page.get(f"{PREFIX}/style.css")
+async def style() -> Response:
+    return Response(pages.STYLE, media_type="text/css; charset=utf-8",
+                    headers={**HEADERS, "Cache-Control": "max-age=300"})
+
+
+@status_page.get(f"{PREFIX}/login")
+async def login_form(next: str = PREFIX) -> Response:
+    return html(pages.login_page(None, next))
+
+
+@status_page.post(f"{PREFIX}/login")
+async def login(request: Request, form: Posted) -> Response:
+    target = form.get("next") or PREFIX
+    if not is_ui_path(target.split("?")[0]) or target.startswith("//"):
+        target = PREFIX
+    why = cross_site(request)
+    if why is not None:
+        return html(pages.login_page(f"login refused: {why}", target), 403)
+    sessions = _sessions(request)
+    if not sessions.token_ok(form.get("token", "")):
+        given = "no token" if not form.get("token") else "a wrong token"
+        return html(pages.login_page(
+            f"{given}: type the Coordinator's token (COORDINATOR_TOKEN; "
+            "coordinator_token in the inventory's vault)", target), 401)
+    name = clean_name(form.get("name", ""))
+    return with_session(RedirectResponse(target, 303, headers=HEADERS), request,
+                        Session(name, sessions.issue(name)))
+
+
+@status_page.post(f"{PREFIX}/logout")
+async def logout(request: Request, session: Annotated[Session | None, Depends(session_of)],
+                 form: Posted) -> Response:
+    if session is None or not same(form.get("csrf", ""), _sessions(request).csrf(session.cookie)):
+        raise Refused(403, "not logged out: the form is stale; reload the page")
+    response = RedirectResponse(f"{PREFIX}/login", 303, headers=HEADERS)
+    response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
+    return response
+
+
+@status_page.get(PREFIX)
+async def overview_page(request: Request, session: Viewer, coordinator: Service,
+                        status: str | None = None, task_type: str | None = None,
+                        worker: str | None = None, since: str | None = None) -> Response:
+    where, problems = TaskFilter(status or None, task_type or None, worker or None,
+                                 since).checked()
+    parts = Overview(coordinator.pool, coordinator.stats, coordinator.workers)
+    view = await parts.cluster()
+    tasks, view["more"] = await parts.tasks(where)
+    view["tasks"] = [task.model_dump(mode="json") for task in tasks]
+    choices = {"status": list(sm.STATUSES), "task_type": list(TASK_TYPES),
+               "worker": [w["worker_id"] for w in view["workers"]],
+               "since": [(value, label) for value, label, _ in SINCE]}
+    notice = ("filter ignored: " + "; ".join(problems)) if problems else None
+    page = pages.overview_page(view, where.as_dict(), choices, session.form(_sessions(request)),
+                               notice)
+    return with_session(html(page), request, page_session(request, session))
+
+
+@status_page.get(PREFIX + "/task/{task_id}")
+async def task_page(session: Viewer, coordinator: Service, task_id: str) -> Response:
+    try:
+        tid = uuid.UUID(task_id)
+    except ValueError:
+        raise Refused(404, f"{task_id[:60]!r} is not a task id") from None
+    found = await Overview(coordinator.pool, coordinator.stats, coordinator.workers).task(tid)
+    if found is None:
+        raise Refused(404, f"no task {tid}")
+    return html(pages.task_page(found.task.model_dump(mode="json"), found.prompt,
+                                found.timeline, found.audit))
+
+
+@status_page.get(f"{PREFIX}/confirm")
+async def confirm(request: Request, session: Viewer, action: str = "",
+                  target: str = "") -> Response:
+    if action not in ACTIONS or not target:
+        raise Refused(400, f"unknown action {action[:40]!r}: use one of "
+                           f"{', '.join(ACTIONS)} from the overview")
+    kind, question = ACTIONS[action]
+    back = f"{PREFIX}/task/{quote(target, safe='')}" if kind == "task" else PREFIX
+    page = pages.confirm_page(action, target, question.format(target=target),
+                              session.form(_sessions(request)), back)
+    return with_session(html(page), request, page_session(request, session))
+
+
+@status_page.post(f"{PREFIX}/action")
+async def action(session: Actor, coordinator: Service, form: Posted) -> Response:
+    name, target = form.get("action", ""), form.get("target", "")
+    key = form.get("idempotency_key") or None
+    if name not in ACTIONS:
+        raise Refused(400, f"unknown action {name[:40]!r}")
+    who = audit_actor(session.name)
+    if ACTIONS[name][0] == "worker":
+        answer = await coordinator.workers.drain(target, name == "drain", who, key)
+        back = PREFIX
+    else:
         try:
-            tid = uuid.UUID(task_id)
+            tid = uuid.UUID(target)
         except ValueError:
-            return refused(404, f"{task_id[:60]!r} is not a task id")
-        found = await overview().task(tid)
-        if found is None:
-            return refused(404, f"no task {tid}")
-        return html(pages.task_page(*found))
-
-    @get(f"{PREFIX}/confirm")
-    async def confirm(request: Request, action: str = "", target: str = "") -> Response:
-        session = session_of(request)
-        if session is None:
-            return to_login(request)
-        if action not in ACTIONS or not target:
-            return refused(400, f"unknown action {action[:40]!r}: use one of "
-                                f"{', '.join(ACTIONS)} from the overview")
-        kind, question = ACTIONS[action]
-        back = f"{PREFIX}/task/{quote(target, safe='')}" if kind == "task" else PREFIX
-        form = pages.Form(sessions.csrf(session[1]), str(uuid.uuid4()))
-        return with_session(html(pages.confirm_page(action, target,
-                                                    question.format(target=target), form, back)),
-                            session[1] if cfg.token is None else None, request)
-
-    @post(f"{PREFIX}/action")
-    async def action(request: Request) -> Response:
-        session = session_of(request)
-        if session is None:
-            return refused(401, "not done: you are not logged in (or the session ended); "
-                                f"log in at {PREFIX}/login with the Coordinator's token")
-        why = cross_site(request)
-        if why is not None:
-            return refused(403, f"not done: {why}")
-        form = await read_form(request)
-        if not same(form.get("csrf", ""), sessions.csrf(session[1])):
-            return refused(403, "not done: the form is stale or not from this page; reload "
-                                "the page and try again")
-        name, target = form.get("action", ""), form.get("target", "")
-        key = form.get("idempotency_key") or None
-        if name not in ACTIONS:
-            return refused(400, f"unknown action {name[:40]!r}")
-        who = actor(session[0])
-        if ACTIONS[name][0] == "worker":
-            answer = await coordinator.workers.drain(target, name == "drain", who, key)
-            back = PREFIX
-        else:
-            try:
-                tid = uuid.UUID(target)
-            except ValueError:
-                return refused(404, f"{target[:60]!r} is not a task id")
-            act = coordinator.tasks.retry if name == "retry" else coordinator.tasks.cancel
-            answer = await act(tid, who, key)
-            back = f"{PREFIX}/task/{tid}"
-        if answer is None:
-            return refused(404, f"not done: no {ACTIONS[name][0]} {target[:100]!r}")
-        title = ("Done already" if answer["repeated"] else "Done" if answer["changed"]
-                 else "Nothing to do")
-        return html(pages.result_page(title, answer["message"], answer["changed"], back))
+            raise Refused(404, f"{target[:60]!r} is not a task id") from None
+        act = coordinator.tasks.retry if name == "retry" else coordinator.tasks.cancel
+        answer = await act(tid, who, key)
+        back = f"{PREFIX}/task/{tid}"
+    if answer is None:
+        raise Refused(404, f"not done: no {ACTIONS[name][0]} {target[:100]!r}")
+    title = ("Done already" if answer["repeated"] else "Done" if answer["changed"]
+             else "Nothing to do")
+    return html(pages.result_page(title, answer["message"], answer["changed"], back))

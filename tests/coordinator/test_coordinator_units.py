@@ -12,11 +12,14 @@ import jsonschema
 import pytest
 import redis.exceptions
 from coordinator_contract import INFERENCE_TYPES
+from fastapi import APIRouter
 
 from coordinator import __version__
+from coordinator import app as app_module
 from coordinator import statemachine as sm
+from coordinator.access import METRICS, OPERATOR, WORKER, Keys
 from coordinator.api_models import RegisterBody
-from coordinator.app import validation_message
+from coordinator.app import create_app, validation_message
 from coordinator.config import ConfigError, load_config
 from coordinator.errors import redis_message
 from coordinator.reaper import (
@@ -176,6 +179,54 @@ def test_validation_message_is_one_line() -> None:
                                                     "type": "json_invalid", "ctx": {}}])
     assert "unknown field 'x'" in validation_message([{"loc": ("body", "x"), "msg": "extra",
                                                        "type": "extra_forbidden"}])
+
+
+# -- access --------------------------------------------------------------------------------
+
+TOKENS = {"COORDINATOR_TOKEN": "operator-token", "COORDINATOR_METRICS_TOKEN": "scrape-token",
+          "COORDINATOR_WORKER_TOKEN_KEY": "worker-token-key"}
+
+
+def test_each_rule_says_who_it_admits_and_refuses() -> None:
+    keys = Keys(load_config(BASE | TOKENS))
+    operator, metrics, worker = OPERATOR.dependency, METRICS.dependency, WORKER.dependency
+    own = b"Bearer " + contract.worker_token("worker-token-key", "w1").encode()
+
+    def check(rule, given: bytes, path: str = "/x", **params: str) -> int | str:
+        try:
+            return rule.check(keys, given, "POST", path, params).kind
+        except RequestError as refused:
+            return refused.status
+
+    assert check(operator, b"Bearer operator-token") == "operator"
+    assert [check(operator, given) for given in (b"", b"operator-token", b"Bearer nope",
+                                                 b"Bearer scrape-token", own)] == [
+        401, 401, 401, 403, 403]
+    assert (check(metrics, b"Bearer scrape-token"), check(metrics, own)) == ("metrics", 403)
+    assert check(worker, own, worker_id="w1") == "worker"
+    assert check(worker, own) == "worker"  # registration: the handler checks the body's id
+    assert check(worker, own, worker_id="w2") == 403
+    assert check(worker, b"Bearer scrape-token", worker_id="w1") == 403
+    # The statuses each can refuse with, as the schema documents them.
+    assert [rule.refusals(keys) for rule in (operator, metrics, worker)] == [(401, 403)] * 3
+    scrape_only = Keys(load_config(BASE | {"COORDINATOR_TOKEN": "operator-token",
+                                           "COORDINATOR_METRICS_TOKEN": "scrape-token"}))
+    assert (metrics.refusals(scrape_only), operator.refusals(scrape_only)) == ((401,), (401, 403))
+    assert operator.refusals(Keys(load_config(BASE))) == ()
+    assert check(operator, b"") == 401
+    assert Keys(load_config(BASE)).caller(b"") is not None  # no token: everyone is the operator
+
+
+def test_an_api_route_without_an_access_rule_stops_the_app_being_made(monkeypatch) -> None:
+    unguarded = APIRouter()
+
+    @unguarded.get("/unguarded")
+    async def unguarded_route() -> dict:
+        return {}
+
+    monkeypatch.setattr(app_module, "ROUTERS", (*app_module.ROUTERS, unguarded))
+    with pytest.raises(LookupError, match=r"\['GET'\] /unguarded declares no access rule"):
+        create_app(load_config(BASE))
 
 
 # -- routing choice ------------------------------------------------------------------------

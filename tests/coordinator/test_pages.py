@@ -169,7 +169,7 @@ def worker(worker_id: str = "gpu-1", state: str = "alive", **extra: object) -> d
 
 
 def task(task_id: str = TASK_ID, status: str = "done", **extra: object) -> dict:
-    return {"id": task_id, "task_type": "chat", "status": status, "worker": "default",
+    return {"task_id": task_id, "task_type": "chat", "status": status, "worker": "default",
             "worker_id": "gpu-1", "worker_host": "node1", "model": "llama3:8b",
             "answered_model": "llama3:8b", "fallback": False, "error": None, "attempts": 1,
             "max_attempts": 3, "queue": "tasks:cuda:gpu-1",
@@ -514,8 +514,11 @@ def test_refresh_link_keeps_filters() -> None:
 # -- one task ----------------------------------------------------------------------------------
 
 
+PROMPT = "Tell me about <b>bold</b> & co"
+
+
 def full_task(status: str = "failed", **extra: object) -> dict:
-    return task(status=status, prompt="Tell me about <b>bold</b> & co", result=None,
+    return task(status=status, result=None,
                 requested_worker="gpu-1", started_at="2026-12-01T19:20:06+00:00",
                 error="worker gpu-1 died: " + XSS if status == "failed" else None) | extra
 
@@ -533,7 +536,7 @@ AUDIT = [{"at": "2026-12-01T19:30:00+00:00", "actor": 'ann "admin"', "action": "
 
 
 def test_task_page_fields_and_escaping() -> None:
-    page = task_page(full_task(), TIMELINE, AUDIT)
+    page = task_page(full_task(), PROMPT, TIMELINE, AUDIT)
     root, _ = parse(page)
     dl = root.by_id("task")
     fields = dict(zip([dt.text() for dt in dl.find_all("dt")],
@@ -555,7 +558,7 @@ def test_task_page_fields_and_escaping() -> None:
 
 
 def test_task_page_result_in_pre() -> None:
-    root, _ = parse(task_page(full_task("done", result="<i>answer</i>\nline 2"), [], []))
+    root, _ = parse(task_page(full_task("done", result="<i>answer</i>\nline 2"), PROMPT, [], []))
     result = root.by_id("result")
     assert result.tag == "pre" and result.text() == "<i>answer</i>\nline 2"
     assert not root.find_all("i")
@@ -566,7 +569,7 @@ def test_task_page_result_in_pre() -> None:
     ("failed", ["retry"]), ("queued", ["cancel"]), ("running", []), ("done", []),
 ])
 def test_task_page_actions(status: str, expected: list[str]) -> None:
-    root, _ = parse(task_page(full_task(status), [], []))
+    root, _ = parse(task_page(full_task(status), PROMPT, [], []))
     links = action_links(root)
     assert [action for action, _ in links] == expected
     for _, query in links:
@@ -574,7 +577,7 @@ def test_task_page_actions(status: str, expected: list[str]) -> None:
 
 
 def test_task_page_timeline() -> None:
-    root, _ = parse(task_page(full_task(), TIMELINE, []))
+    root, _ = parse(task_page(full_task(), PROMPT, TIMELINE, []))
     items = root.by_id("timeline").find_all("li")
     assert [li.attrs["data-event"] for li in items] == ["created", "claimed", "failed"]
     assert items[0].one("time").attrs["datetime"] == "2026-12-01T19:20:05+00:00"
@@ -583,7 +586,7 @@ def test_task_page_timeline() -> None:
 
 
 def test_task_page_empty_timeline_and_no_audit() -> None:
-    root, _ = parse(task_page(full_task(), [], []))
+    root, _ = parse(task_page(full_task(), PROMPT, [], []))
     assert root.by_id("timeline").text() == (
         "no transitions recorded (older than the retention, or recorded before this version)")
     assert not root.find_all("li")
@@ -591,7 +594,7 @@ def test_task_page_empty_timeline_and_no_audit() -> None:
 
 
 def test_task_page_audit() -> None:
-    page = task_page(full_task(), [], AUDIT)
+    page = task_page(full_task(), PROMPT, [], AUDIT)
     root, _ = parse(page)
     rows = root.by_id("audit").one("tbody").find_all("tr")
     cells = [td.text() for td in rows[0].find_all("td")]

@@ -30,8 +30,9 @@ def worker(**fields: object) -> dict:
 
 
 def failed_task(**fields: object) -> dict:
-    row = {"id": TASK_ID, "task_type": "web_search", "status": "failed", "worker": "web-worker",
-           "worker_id": "web1", "error": "SearXNG did not answer\nTraceback ...",
+    row = {"task_id": TASK_ID, "task_type": "web_search", "status": "failed",
+           "worker": "web-worker", "worker_id": "web1",
+           "error": "SearXNG did not answer\nTraceback ...",
            "attempts": 3, "max_attempts": 3, "created_at": "2026-12-01T10:00:00+00:00",
            "finished_at": "2026-12-01T11:00:05.123+01:00"}
     return row | fields
@@ -237,7 +238,7 @@ def test_status_json_is_the_three_answers(busy: Busy) -> None:
     assert set(answers) == {"workers", "queues", "tasks"}
     assert {w["worker_id"]: w["state"] for w in answers["workers"]["workers"]} == {
         "w1": "draining", "web1": "alive"}
-    assert [t["id"] for t in answers["tasks"]["tasks"]] == [busy.task_id]
+    assert [t["task_id"] for t in answers["tasks"]["tasks"]] == [busy.task_id]
     assert "waiting" in answers["queues"]
 
 
