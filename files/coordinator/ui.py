@@ -1,5 +1,5 @@
 """The status page's router (``status_page``): its session, its protection against
-cross-site requests, and its actions. The HTML is ``pages``; the data
+cross-site requests, and its actions. The HTML is ``pages`` (templates/, static/); the data
 ``overview``; the actions are the same service calls as the API's (``Tasks.retry``,
 ``Tasks.cancel``, ``Workers.drain``). Its routes are left out of the OpenAPI schema (they are
 HTML), and each names beside its path what it needs of the session (``Viewer``, ``Actor``).
@@ -32,17 +32,20 @@ from urllib.parse import parse_qs, quote, urlsplit
 from coordinator_contract import TASK_TYPES
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from . import pages
 from . import statemachine as sm
 from .config import Config
 from .overview import SINCE, Overview, TaskFilter
+from .pages import PREFIX
 from .routers import Service
 
-PREFIX = "/ui"
 COOKIE = "coordinator_session"
 SESSION_SECONDS = 12 * 3600
 FORM_LIMIT = 16 * 1024
+#: The headers of every page and of the stylesheet.
 HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; style-src 'self'; img-src 'self'; "
                                 "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
@@ -254,10 +257,20 @@ async def _refused(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS: dict[Any, Any] = {LoginNeeded: _to_login, Refused: _refused}
 
 
+class Static(StaticFiles):
+    """static/ (the stylesheet), with the pages' headers; a browser may keep it 5 minutes."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update({**HEADERS, "Cache-Control": "max-age=300"})
+        return response
+
+
 def install(app: FastAPI, cfg: Config) -> None:
-    """The status page on ``app``: its routes and its sessions."""
+    """The status page on ``app``: its routes, its stylesheet and its sessions."""
     app.state.sessions = Sessions(cfg.token)
     app.include_router(status_page)
+    app.mount(pages.STATIC_PATH, Static(directory=pages.STATIC), name="static")
 
 
 # -- the pages -----------------------------------------------------------------------------------
@@ -268,12 +281,6 @@ status_page = APIRouter(include_in_schema=False)
 @status_page.get("/")
 async def root() -> Response:
     return RedirectResponse(PREFIX, 303)
-
-
-@status_page.get(f"{PREFIX}/style.css")
-async def style() -> Response:
-    return Response(pages.STYLE, media_type="text/css; charset=utf-8",
-                    headers={**HEADERS, "Cache-Control": "max-age=300"})
 
 
 @status_page.get(f"{PREFIX}/login")
@@ -318,8 +325,7 @@ async def overview_page(request: Request, session: Viewer, coordinator: Service,
                                  since).checked()
     parts = Overview(coordinator.pool, coordinator.stats, coordinator.workers)
     view = await parts.cluster()
-    tasks, view["more"] = await parts.tasks(where)
-    view["tasks"] = [task.model_dump(mode="json") for task in tasks]
+    view["tasks"], view["more"] = await parts.tasks(where)
     choices = {"status": list(sm.STATUSES), "task_type": list(TASK_TYPES),
                "worker": [w["worker_id"] for w in view["workers"]],
                "since": [(value, label) for value, label, _ in SINCE]}
@@ -338,8 +344,7 @@ async def task_page(session: Viewer, coordinator: Service, task_id: str) -> Resp
     found = await Overview(coordinator.pool, coordinator.stats, coordinator.workers).task(tid)
     if found is None:
         raise Refused(404, f"no task {tid}")
-    return html(pages.task_page(found.task.model_dump(mode="json"), found.prompt,
-                                found.timeline, found.audit))
+    return html(pages.task_page(found.task, found.prompt, found.timeline, found.audit))
 
 
 @status_page.get(f"{PREFIX}/confirm")

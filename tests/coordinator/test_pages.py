@@ -11,7 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from coordinator.pages import (
-    STYLE,
+    STATIC,
+    STYLESHEET,
     Form,
     age,
     confirm_page,
@@ -123,7 +124,7 @@ def parse(page: str) -> tuple[Node, Builder]:
     root.one("html", lang="en")
     assert root.one("title").text().strip()
     root.one("meta", name="viewport", content="width=device-width, initial-scale=1")
-    root.one("link", rel="stylesheet", href="/ui/style.css")
+    root.one("link", rel="stylesheet", href=STYLESHEET)
     # The CSP allows no script and no inline style; nothing may come from another origin.
     assert "<script" not in page.lower()
     assert not root.find_all("script") and not root.find_all("style")
@@ -146,7 +147,7 @@ GOOD = login_page(None, "/ui")
     GOOD.replace("<h1>", '<h1 onclick="x()">'),
     GOOD.replace("</main>", "<script>x()</script></main>"),
     GOOD.replace('action="/ui/login"', 'action="https://elsewhere.example/"'),
-    GOOD.replace('href="/ui/style.css"', 'href="//cdn.example/style.css"'),
+    GOOD.replace(f'href="{STYLESHEET}"', 'href="//cdn.example/style.css"'),
     GOOD.replace("</form>", "</div></form>"),
     GOOD.replace(' name="viewport"', ""),
 ])
@@ -254,10 +255,12 @@ def test_when(iso: str | None, text: str) -> None:
 
 
 def test_style_is_self_contained_and_phone_friendly() -> None:
-    assert "overflow-x: auto" in STYLE
-    assert "system-ui" in STYLE
-    assert "@import" not in STYLE and "url(" not in STYLE and "expression(" not in STYLE
-    assert STYLE.count("{") == STYLE.count("}")
+    assert STYLESHEET.endswith("/style.css")
+    style = (STATIC / "style.css").read_text()
+    assert "overflow-x: auto" in style
+    assert "system-ui" in style
+    assert "@import" not in style and "url(" not in style and "expression(" not in style
+    assert style.count("{") == style.count("}")
 
 
 # -- login -------------------------------------------------------------------------------------
@@ -378,7 +381,7 @@ def test_worker_rows() -> None:
     assert not rows[0].find_all(class_="error")
     assert rows[1].one(class_="error").text() == "heartbeat lost: " + XSS
     # The quote of the id cannot end the attribute early, nor its < open a tag.
-    assert 'data-worker-id="we&quot;ird&lt;id&gt;"' in page
+    assert 'data-worker-id="we&#34;ird&lt;id&gt;"' in page
     assert "we\"ird<id>" not in page
 
 
@@ -599,7 +602,7 @@ def test_task_page_audit() -> None:
     rows = root.by_id("audit").one("tbody").find_all("tr")
     cells = [td.text() for td in rows[0].find_all("td")]
     assert cells == ["2026-12-01 19:30:00", 'ann "admin"', "retry", TASK_ID, "ok"]
-    assert "ann &quot;admin&quot;" in page
+    assert "ann &#34;admin&#34;" in page
 
 
 # -- confirmation and result -------------------------------------------------------------------
@@ -618,7 +621,7 @@ def test_confirm_page() -> None:
     assert (button.tag, button.attrs["type"], button.text()) == ("button", "submit", "Retry")
     cancel = root.by_id("cancel")
     assert (cancel.attrs["href"], cancel.text()) == ("/ui?status=failed", "Go back")
-    assert 'value="csrf-&quot;tok&quot;&amp;&lt;x&gt;"' in page
+    assert 'value="csrf-&#34;tok&#34;&amp;&lt;x&gt;"' in page
 
 
 @pytest.mark.parametrize("back", ["https://evil.example/", "//evil.example/x", "/\\evil",

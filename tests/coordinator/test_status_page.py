@@ -12,6 +12,7 @@ import uuid
 import httpx
 import pytest
 
+from coordinator.pages import STATIC, STATIC_PATH, STYLESHEET
 from coordinator.ui import SESSION_SECONDS, Sessions, clean_name
 from lab import throwaway
 
@@ -82,8 +83,15 @@ def test_the_session_cookie_is_http_only_strict_and_pages_are_locked_down(
         assert page.headers["content-security-policy"].startswith("default-src 'none'")
         assert page.headers["cache-control"] == "no-store"
         assert 'id="workers"' in page.text and 'id="tasks"' in page.text
-        css = client.get("/ui/style.css")
+        css = client.get(STYLESHEET)
         assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+        assert css.text == (STATIC / "style.css").read_text()
+        assert css.headers["content-security-policy"] == page.headers["content-security-policy"]
+        assert css.headers["x-content-type-options"] == "nosniff"
+        missing = client.get(f"{STATIC_PATH}/nothing.css")
+        assert (missing.status_code, missing.json()) == (404, {
+            "error": f"no such endpoint: GET {STATIC_PATH}/nothing.css; see /docs for the API"})
+
 
 
 def test_over_https_the_session_cookie_is_secure(start_server, tmp_path) -> None:
