@@ -45,7 +45,8 @@ from .routers import Service
 COOKIE = "coordinator_session"
 SESSION_SECONDS = 12 * 3600
 FORM_LIMIT = 16 * 1024
-#: The headers of every page and of the stylesheet.
+#: The headers of every page and of the stylesheet. The Content-Security-Policy is quoted in
+#: docs/operating.md ("The status page"), which a test holds to the header sent.
 HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; style-src 'self'; img-src 'self'; "
                                 "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
