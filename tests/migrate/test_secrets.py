@@ -21,6 +21,7 @@ import pytest
 import requests
 import yaml
 
+from coordinator.pages import PREFIX, STYLESHEET
 from lab import capture, lab, throwaway
 
 # Connects with the DSN on standard input; prints "ok" or PostgreSQL's first error line.
@@ -184,7 +185,9 @@ def test_the_coordinator_serves_only_https_with_the_cluster_cas_certificate(
         cluster, tmp_path) -> None:
     """The API answers over HTTPS with the cluster CA's certificate for its address, which
     the workers verify (COORDINATOR_CA_FILE); a client trusting another CA is refused in the
-    handshake, and a plain http:// request gets no answer: no token goes out in clear."""
+    handshake, and a plain http:// request gets no answer: no token goes out in clear. The
+    status page's login and stylesheet come over it too, from the templates and static files
+    the coordinator role shipped (with jinja2 from the wheelhouse)."""
     url = cluster.coordinator.url
     assert url.startswith("https://")
     node = cluster.nodes[cluster.web_host()]
@@ -193,6 +196,10 @@ def test_the_coordinator_serves_only_https_with_the_cluster_cas_certificate(
         url, node.cluster_ca_file)
     health = requests.get(f"{url}/health", verify=cluster.coordinator.verify, timeout=10)
     assert health.status_code == 200, health.text
+    login = requests.get(f"{url}{PREFIX}/login", verify=cluster.coordinator.verify, timeout=10)
+    assert login.status_code == 200 and 'id="login"' in login.text, login.text[:500]
+    style = requests.get(f"{url}{STYLESHEET}", verify=cluster.coordinator.verify, timeout=10)
+    assert style.status_code == 200 and style.headers["content-type"].startswith("text/css")
     other = throwaway.make_certificates(tmp_path / "other", ca_name="another CA")
     with pytest.raises(requests.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"):
         requests.get(f"{url}/health", verify=str(other.ca), timeout=10)
