@@ -2,8 +2,9 @@
 
 It serves ``POST /route`` itself, the hot path, without the framework's per-request
 machinery (FastAPI declares the route, its access rule and its schema; ``answer_route`` is
-the same code either way), refuses a body over its limit before anyone reads it, and is the
-last catch-all: no request ends in a 500.
+the same code either way), refuses a request without a valid token before its body is read
+or its path told apart (``refused_before_body``), then a body over its limit before anyone
+reads it, and is the last catch-all: no request ends in a 500.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import Response
+from fastapi.routing import iter_route_contexts
+from starlette.routing import Match
 
-from .access import Access, Keys, api_routes, authorization, rule_of
+from .access import OPERATOR, Access, Keys, api_routes, authorization, rule_of
 from .config import Config
 from .errors import backend_error, first_line
 from .routing import RequestError, body_too_large, parse_route_request
@@ -82,6 +85,11 @@ class Front:
             return
         path = scope["path"]
         is_route = path == "/route" and scope["method"] == "POST"
+        refused = None if is_route else self.refused_before_body(scope)
+        if refused is not None:
+            await error_response(refused.status, refused.message, refused.headers)(
+                scope, receive, send)
+            return
         if not is_route:
             length = content_length_or_none(scope)
             if length is not None and length > OTHER_BODY_LIMIT:
@@ -109,6 +117,34 @@ class Front:
             if not started:
                 message = unavailable(exc, self.cfg, f"{scope['method']} {path}")
                 await error_response(503, message, {"Retry-After": "2"})(scope, receive, send)
+
+    def refused_before_body(self, scope: dict) -> RequestError | None:
+        """The 401 of a request without a valid token (where one is wanted) to a path that
+        neither an open route nor the status page (its own session) serves, as the route's
+        rule would refuse it, but before its body is read or parsed; an unknown path is
+        refused so too, so that no path tells a caller without a token whether it exists.
+        A method the path does not take is left to its 405."""
+        given = authorization(scope)
+        if self.keys.cfg.token is None or self.keys.caller(given) is not None:
+            return None
+        # As Starlette routes: the first route the path and method match, else a 405 when
+        # only the path matches; an unknown path is the operator's.
+        matches = [(route.matches(scope)[0], route)
+                   for route in iter_route_contexts(self.api.routes)]
+        full = next((route for match, route in matches if match == Match.FULL), None)
+        if full is None and any(match == Match.PARTIAL for match, _ in matches):
+            return None
+        rule: Access = OPERATOR.dependency
+        if full is not None:
+            declared = rule_of(full) if hasattr(full, "dependant") else None
+            if declared is None or declared.open(self.cfg):
+                return None
+            rule = declared
+        try:
+            rule.check(self.keys, given, scope["method"], scope["path"], {})
+        except RequestError as refused:
+            return refused
+        return None
 
     async def route(self, scope: dict, receive: Any, send: Any) -> None:
         try:

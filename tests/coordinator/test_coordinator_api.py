@@ -388,6 +388,14 @@ def test_auth(start_server, backends: Backends) -> None:
                 assert resp.status_code == 401, (method, path, headers)
                 assert "bearer token" in resp.json()["error"]
                 assert resp.headers["www-authenticate"] == "Bearer"
+        # Refused before anything else: a path that does not exist tells a caller without
+        # a token nothing, and a body is not read (nor its size judged) for one.
+        for method, path, content in (("GET", "/no-such-path", None),
+                                      ("POST", "/workers/w/drain", b"x" * 100_000),
+                                      ("POST", "/workers/register", b"{not json")):
+            resp = anon.request(method, path, content=content)
+            assert (resp.status_code, resp.headers["www-authenticate"]) == (401, "Bearer"), path
+            assert resp.json()["error"].startswith("missing bearer token: "), resp.json()
         assert anon.get("/health").status_code == 200
         # /metrics is open only when COORDINATOR_METRICS_OPEN says so.
         assert anon.get("/metrics").status_code == 401
