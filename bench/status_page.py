@@ -43,6 +43,7 @@ import common
 import psycopg
 import redis
 from coordinator_contract import RAG_QUEUE, WEB_QUEUE
+from coordinator_sql import SQL
 
 from coordinator import queries as q
 from coordinator.config import DEFAULT
@@ -258,20 +259,20 @@ def queries(task_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, SQL, parameters) of every query the four pages run."""
     ttl = {"ttl": DEFAULT.heartbeat_ttl}
     return [
-        ("ACTIVE_BY_QUEUE (GET /queues)", q.ACTIVE_BY_QUEUE, {}),
-        ("WORKER_QUEUES (GET /queues)", q.WORKER_QUEUES, ttl),
-        ("TASK_COUNTS", q.TASK_COUNTS, {}),
-        ("OLDEST_WAITING", q.OLDEST_WAITING, {}),
-        ("LIST_WORKERS", q.LIST_WORKERS, ttl),
+        ("ACTIVE_BY_QUEUE (GET /queues)", SQL.ACTIVE_BY_QUEUE, {}),
+        ("WORKER_QUEUES (GET /queues)", SQL.WORKER_QUEUES, ttl),
+        ("TASK_COUNTS", SQL.TASK_COUNTS, {}),
+        ("OLDEST_WAITING", SQL.OLDEST_WAITING, {}),
+        ("LIST_WORKERS", SQL.LIST_WORKERS, ttl),
         *list_tasks_queries(),
-        ("TASK_IN_FULL (task page)", q.TASK_IN_FULL, {"id": task_id}),
+        ("TASK_IN_FULL (task page)", SQL.TASK_IN_FULL, {"id": task_id}),
         ("TIMELINE (task page)", q.TIMELINE, {"id": task_id}),
         ("AUDIT_OF (task page)", q.AUDIT_OF, {"target": task_id}),
     ]
 
 
 def list_tasks_queries() -> list[tuple[str, str, dict[str, Any]]]:
-    return [(f"LIST_TASKS {label}", q.LIST_TASKS, where.params(LIST_LIMIT))
+    return [(f"LIST_TASKS {label}", SQL.LIST_TASKS, where.params(LIST_LIMIT))
             for label, where in (("no filter", TaskFilter()),
                                  ("status=failed", TaskFilter(status="failed")),
                                  ("task_type=chat since=24h",

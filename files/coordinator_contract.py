@@ -4,8 +4,8 @@
 
 The one place for the names every part must agree on: the routing table (task types, the
 kind of worker that serves each, the shared queues), the Redis key names, the literals the
-`tasks` table holds, the worker-side SQL of the guarded state machine, and the rule by which
-a model name matches the ones an Ollama server lists. Pure Python, no dependencies.
+`tasks` table holds, and the rule by which a model name matches the ones an Ollama server
+lists. The SQL on `tasks` and `workers` is coordinator_sql's. Pure Python, no dependencies.
 
 It ships three ways, always this file: the worker role and the coordinator role copy it to
 the nodes beside the programs (``import coordinator_contract``), and the modules of
@@ -329,47 +329,6 @@ def coordinator_tls_problem(url: str, error: str, ca_file: str | None,
         return (f"the Coordinator at {url} does not speak TLS: run site.yml so the "
                 "coordinator role gives it the cluster's certificate, or use http://")
     return None
-
-
-# -- the worker side of the guarded state machine (docs/design.md) -----------------------------
-
-# The claim is committed without waiting for its WAL flush (the created row and the result
-# are flushed): bench/dispatch.py found every commit's fsync in series with the next. If
-# PostgreSQL crashes before a later flush, the task is `queued` again and runs again
-# (at-least-once, as after any lost claim); the result guard still allows one result.
-ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off;\n"
-CLAIM = """UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,
-       worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1
- WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)
-RETURNING task_type, prompt, model"""
-# A task its own earlier process left running when it died mid-task; safe because only the
-# holder of the worker's advisory lock (one process) runs it.
-RECLAIM = """UPDATE tasks SET claim = %(claim)s, worker_host = %(host)s,
-       started_at = clock_timestamp(), attempts = attempts + 1
- WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s
-   AND queue = ANY(%(queues)s)
-RETURNING task_type, prompt, model"""
-CLAIM_SQL = ASYNC_COMMIT + CLAIM
-RECLAIM_SQL = ASYNC_COMMIT + RECLAIM
-RESULT_SQL = """
-UPDATE tasks SET status = %(status)s, result = %(result)s, fallback = %(fallback)s,
-       error = %(error)s, worker = %(worker)s, answered_model = %(answered_model)s,
-       finished_at = clock_timestamp()
- WHERE id = %(id)s AND status = 'running' AND claim = %(claim)s"""
-ADOPT_SQL = """
-SELECT id::text FROM tasks
- WHERE status = 'running' AND worker_id = %(worker_id)s AND queue = ANY(%(queues)s)"""
-STATE_SQL = "SELECT status, worker_id FROM tasks WHERE id = %(id)s"
-WRITE_CHECK_SQL = "UPDATE tasks SET status = status WHERE false"
-LOCK_SQL = "SELECT pg_try_advisory_lock(hashtext('worker:' || %(worker_id)s))"
-# A bigint advisory key shows in pg_locks as classid (high half) and objid (low half).
-HOLDER_SQL = """
-SELECT a.application_name, a.client_addr::text
-  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-   AND l.classid::bigint = (hashtext('worker:' || %(worker_id)s)::bigint >> 32) & 4294967295
-   AND l.objid::bigint = hashtext('worker:' || %(worker_id)s)::bigint & 4294967295"""
 
 
 # -- model names, as Ollama matches them ------------------------------------------------------

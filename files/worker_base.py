@@ -36,18 +36,10 @@ import redis.backoff
 import redis.retry
 import requests
 from coordinator_contract import (
-    ADOPT_SQL,
-    CLAIM_SQL,
     COORDINATOR_CA_FILE_ENV,
-    HOLDER_SQL,
-    LOCK_SQL,
-    RECLAIM_SQL,
     REDIS_CA_FILE_ENV,
-    RESULT_SQL,
-    STATE_SQL,
     WORKER_DB_GROUP,
     WORKER_DB_ROLE_PREFIX,
-    WRITE_CHECK_SQL,
     coordinator_tls_problem,
     coordinator_url_problem,
     drain_hint,
@@ -56,6 +48,7 @@ from coordinator_contract import (
     redis_tls_options,
     redis_tls_problem,
 )
+from coordinator_sql import SQL
 
 # BLMOVE blocks at most this long so the loop notices SIGTERM promptly.
 TAKE_BLOCK_SECONDS = 1
@@ -445,7 +438,7 @@ class Worker:
         claimed by an earlier process that died after Redis lost the list (restarted or
         flushed). Only this process (it holds the lock) can finish it, so list it again."""
         with self.db, self.db.cursor() as cur:
-            cur.execute(ADOPT_SQL, {"worker_id": self.cfg.worker_id, "queues": self.queues})
+            cur.execute(SQL.ADOPT, {"worker_id": self.cfg.worker_id, "queues": self.queues})
             running = [row[0] for row in cur.fetchall()]
         for task_id in running:
             if self.redis.lpos(self.processing, task_id) is None:
@@ -507,7 +500,7 @@ class Worker:
                               f"{hint}") from None
         try:
             with conn.cursor() as cur:
-                cur.execute(WRITE_CHECK_SQL)
+                cur.execute(SQL.WRITE_CHECK)
         except psycopg2.errors.UndefinedTable:
             raise CheckFailed(f"PostgreSQL check FAILED at {where}: there is no tasks table; "
                               "fix: start the Coordinator once, it creates the schema") from None
@@ -541,7 +534,7 @@ class Worker:
         """Hold `hashtext('worker:' || worker_id)` for the life of this process."""
         conn = self.connect_db(LOCK_SESSION_OPTIONS)
         with conn.cursor() as cur:
-            cur.execute(LOCK_SQL, {"worker_id": self.cfg.worker_id})
+            cur.execute(SQL.WORKER_LOCK, {"worker_id": self.cfg.worker_id})
             got = cur.fetchone()[0]
             holder = None if got else self.lock_holder(cur)
         if holder is not None:
@@ -552,7 +545,7 @@ class Worker:
         log.info("Lock worker:%s taken (one process per WORKER_ID)", self.cfg.worker_id)
 
     def lock_holder(self, cur: psycopg2.extensions.cursor) -> str:
-        cur.execute(HOLDER_SQL, {"worker_id": self.cfg.worker_id})
+        cur.execute(SQL.WORKER_LOCK_HOLDER, {"worker_id": self.cfg.worker_id})
         row = cur.fetchone()
         match = re.fullmatch(r"(\S+) (\S+) (\S+) pid=(\d+)", row[0] or "") if row else None
         if match:
@@ -827,16 +820,16 @@ class Worker:
         params = {"id": task_id, "claim": token, "worker_id": self.cfg.worker_id,
                   "host": self.cfg.worker_host, "queues": self.queues}
         with self.db.cursor() as cur:
-            cur.execute(CLAIM_SQL, params)
+            cur.execute(SQL.CLAIM_ASYNC_COMMIT, params)
             row = cur.fetchone()
             if row is None:
                 # Ours and `running`: this worker id's previous process died mid-task.
-                cur.execute(RECLAIM_SQL, params)
+                cur.execute(SQL.RECLAIM_ASYNC_COMMIT, params)
                 row = cur.fetchone()
             if row is not None:
                 log.info("Task %s claimed", task_id)
                 return Task(task_id, token, row[0], row[1], row[2])
-            cur.execute(STATE_SQL, params)
+            cur.execute(SQL.TASK_STATE, params)
             state = cur.fetchone()
         if state is None:
             log.warning("Dropping task %s: it is not in the tasks table", task_id)
@@ -847,7 +840,7 @@ class Worker:
 
     def write_result(self, task: Task, outcome: Outcome) -> None:
         with self.db.cursor() as cur:
-            cur.execute(RESULT_SQL, {
+            cur.execute(SQL.RESULT, {
                 "id": task.id, "claim": task.claim, "status": outcome.status,
                 "result": outcome.result, "error": outcome.error,
                 "fallback": outcome.fallback, "worker": self.result_worker(),

@@ -343,8 +343,6 @@ from ansible.module_utils.coordinator_api import api_argument_spec
 from ansible.module_utils.coordinator_contract import TASK_TYPES
 from ansible.module_utils.coordinator_pg import NO_DRIVER_MESSAGE, Driver, load_driver
 from ansible.module_utils.coordinator_probe import (
-    PROBE_TABLE_SQL,
-    SELECT_TASK_SQL,
     Expectation,
     ProbeError,
     TaskRow,
@@ -369,7 +367,9 @@ from ansible.module_utils.coordinator_probe import (
     parse_route_answer,
     result_fields,
     row_from_tuple,
+    task_query,
 )
+from ansible.module_utils.coordinator_sql import SQL
 from ansible.module_utils.urls import open_url
 
 APPLICATION_NAME = "coordinator_task probe"
@@ -450,7 +450,7 @@ class Probe:
         except self.driver.error as exc:
             raise ProbeError(describe_pg_connect_error(self.target, str(exc))) from exc
         try:
-            self._execute(PROBE_TABLE_SQL)
+            self._execute(SQL.PROBE_TABLE)
         except self.driver.error as exc:
             raise ProbeError(describe_missing_table(self.target, str(exc))) from exc
 
@@ -499,7 +499,7 @@ class Probe:
                 if self.conn is None:
                     self.conn = self.driver.connect(
                         self.conninfo, self.module.params["connect_timeout"], APPLICATION_NAME)
-                values = self._execute(SELECT_TASK_SQL, (task_id,))
+                values = self._execute(SQL.PROBE_TASK, task_query(task_id))
                 break
             except self.driver.error as exc:
                 self.close()
@@ -516,7 +516,7 @@ class Probe:
             raise ProbeError(describe_row_not_found(task_id, self.target), {"task_id": task_id})
         return row_from_tuple(values)
 
-    def _execute(self, sql: str, args: tuple[str, ...] = ()) -> tuple[Any, ...] | None:
+    def _execute(self, sql: str, args: dict[str, str] | None = None) -> tuple[Any, ...] | None:
         with self.conn.cursor() as cur:
             cur.execute(sql, args)
             return cur.fetchone()

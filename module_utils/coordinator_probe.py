@@ -20,35 +20,6 @@ from ansible.module_utils.coordinator_contract import (
     worker_db_role,
 )
 
-# The columns of ``tasks`` the probe reads (docs/design.md), in the order of TaskRow's fields.
-TASK_COLUMNS = (
-    "id::text",
-    "task_type",
-    "status",
-    "queue",
-    "worker",
-    "worker_id",
-    "worker_host",
-    "result",
-    "fallback",
-    "error",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "answered_model",
-    # The login that claimed the task, which the database records (schema version 5), and
-    # whether it is a worker host's own (a member of the workers' group role): the
-    # Coordinator's own login, which the workers share without a worker key, is not.
-    "claimed_by::text",
-    "EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member"
-    " JOIN pg_roles g ON g.oid = m.roleid"
-    f" WHERE r.rolname = claimed_by AND g.rolname = '{WORKER_DB_GROUP}')",
-)
-SELECT_TASK_SQL = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks WHERE id = %s::uuid"
-# Run before routing: a missing table means the probe looks at the wrong database, and saying
-# so before a task exists avoids leaving an orphan task behind.
-PROBE_TABLE_SQL = "SELECT 1 FROM tasks LIMIT 0"
-
 FINAL_STATUSES = frozenset({"done", "failed"})
 # Who takes each shared-queue task type; inference types go to one worker's own queue.
 SHARED_QUEUE_WORKERS = {"web_search": "web worker", "rag": "RAG worker"}
@@ -324,8 +295,14 @@ def describe_url_problem(coordinator_url: str, ca_path: str | None) -> str | Non
 # -- interpreting the task row ---------------------------------------------------------------
 
 
+def task_query(task_id: str) -> dict[str, str]:
+    """The parameters of ``SQL.PROBE_TASK`` for ``task_id``."""
+    return {"id": task_id, "group": WORKER_DB_GROUP}
+
+
 def row_from_tuple(values: tuple[Any, ...] | list[Any]) -> TaskRow:
-    """A TaskRow from one row selected with ``SELECT_TASK_SQL``."""
+    """A TaskRow from one row selected with ``SQL.PROBE_TASK`` (its columns in the order of
+    the fields)."""
     return TaskRow(*values)
 
 

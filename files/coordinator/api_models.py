@@ -102,7 +102,7 @@ class RouteAnswer(BaseModel):
 
 
 # The one shape of a task: GET /task/{task_id}, each of GET /tasks and the status page's
-# (its public columns, queries.PUBLIC_COLUMNS, made into one by tasks.task_view).
+# (its public columns, coordinator_sql.PUBLIC_COLUMNS, made into one by tasks.task_view).
 class Task(BaseModel):
     """A task: what was asked, where it is, and its result or error."""
 

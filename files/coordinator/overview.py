@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg_pool
 from coordinator_contract import TASK_TYPES
+from coordinator_sql import SQL
 from psycopg.rows import dict_row
 
 from . import __version__
@@ -83,9 +84,9 @@ class Overview:
         queues = await self.stats.queues()
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q.TASK_COUNTS)
+            await cur.execute(SQL.TASK_COUNTS)
             counts = await cur.fetchall()
-            cur = await conn.execute(q.OLDEST_WAITING)
+            cur = await conn.execute(SQL.OLDEST_WAITING)
             oldest = dict(await cur.fetchall())
             now = await (await conn.execute("SELECT clock_timestamp()")).fetchone()
         return {
@@ -102,7 +103,7 @@ class Overview:
         """The newest tasks that match, and whether there are more."""
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q.LIST_TASKS, where.params(limit))
+            await cur.execute(SQL.LIST_TASKS, where.params(limit))
             rows = await cur.fetchall()
         return [task_view(r) for r in rows[:limit]], len(rows) > limit
 
@@ -110,7 +111,7 @@ class Overview:
         """One task in full, or None."""
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q.TASK_IN_FULL, {"id": task_id})
+            await cur.execute(SQL.TASK_IN_FULL, {"id": task_id})
             row = await cur.fetchone()
             if row is None:
                 return None

@@ -40,7 +40,7 @@ _FILTER_LABELS = {"status": "Status", "task_type": "Task type", "worker": "Worke
 #: Worker states whose worker can be drained; a dead or stopped one has nothing to drain.
 _DRAINABLE = frozenset(("alive", "duplicate"))
 _DRAINED = frozenset(("draining", "drained"))
-#: The counts' number columns (queries.TASK_COUNTS): key and heading. Fallback answers are
+#: The counts' number columns (SQL.TASK_COUNTS): key and heading. Fallback answers are
 #: done tasks whose answer is not the model's (docs/design.md, tasks.fallback).
 COUNT_COLUMNS = (("last_hour", "Last hour"), ("all_time", "All time"),
                  ("fallbacks_last_hour", "Fallback, last hour"),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 from coordinator_contract import DEFAULT_WORKER, INFERENCE_TYPES, SHARED_TYPES, processing_list
+from coordinator_sql import SQL
 from psycopg.rows import class_row
 
 from . import queries as q
@@ -314,7 +315,7 @@ async def fetch_tasks(conn: psycopg.AsyncConnection, sql: str,
 
 async def load_workers(conn: psycopg.AsyncConnection, ttl: float) -> dict[str, WorkerView]:
     cur = conn.cursor(row_factory=class_row(q.LivenessRow))
-    await cur.execute(q.LIVENESS, {"ttl": ttl})
+    await cur.execute(SQL.LIVENESS, {"ttl": ttl})
     workers = {}
     for row in await cur.fetchall():
         queue = (inference_queue_of(row.worker_id, row.device, row.queues)
@@ -329,7 +330,7 @@ async def load_workers(conn: psycopg.AsyncConnection, ttl: float) -> dict[str, W
 async def load_by_queue(conn: psycopg.AsyncConnection, queues: list[str]) -> dict[str, int]:
     if not queues:
         return {}
-    cur = await conn.execute(q.LOAD_BY_QUEUE, {"queues": queues})
+    cur = await conn.execute(SQL.LOAD_BY_QUEUE, {"queues": queues})
     return dict(await cur.fetchall())
 
 
@@ -364,7 +365,7 @@ async def dispatch_waiting(conn: psycopg.AsyncConnection, ttl: float, limit: int
     workers = await load_workers(conn, ttl)
     if not any(w.takes and w.kind == "inference" for w in workers.values()):
         return []
-    tasks = await fetch_tasks(conn, q.WAITING_INFERENCE,
+    tasks = await fetch_tasks(conn, SQL.WAITING_INFERENCE,
                               {"types": list(INFERENCE_TYPES), "limit": limit})
     if not tasks:
         return []
@@ -453,7 +454,7 @@ class Reaper(Background):
             handled = await self._inference(conn, workers, report)
             await self._shared(conn, workers, report)
             await self._orphans(conn, workers, handled, report)
-            await conn.execute(q.FORGET_INSTANCES,
+            await conn.execute(SQL.FORGET_INSTANCES,
                                {"seconds": max(86400.0, 100 * cfg.heartbeat_ttl)})
             await conn.execute(q.EXPIRE_TIMELINE, {
                 "seconds": cfg.timeline_retention_days * 86400, "limit": 4 * BATCH})
@@ -471,7 +472,7 @@ class Reaper(Background):
 
     async def _workers(self, conn: psycopg.AsyncConnection, report: PassReport) -> None:
         cur = conn.cursor(row_factory=class_row(q.Dead))
-        await cur.execute(q.MARK_DEAD, {"ttl": self.cfg.heartbeat_ttl})
+        await cur.execute(SQL.MARK_DEAD, {"ttl": self.cfg.heartbeat_ttl})
         for dead in await cur.fetchall():
             report.dead_workers.append(dead.worker_id)
             log.warning("%s worker '%s' on host '%s' (pid %s) is dead: no heartbeat for %.1f s "
@@ -480,7 +481,7 @@ class Reaper(Background):
 
     async def _duplicates(self, conn: psycopg.AsyncConnection, report: PassReport) -> None:
         cur = conn.cursor(row_factory=class_row(InstanceView))
-        await cur.execute(q.LIVE_INSTANCES, {"ttl": self.cfg.heartbeat_ttl})
+        await cur.execute(SQL.LIVE_INSTANCES, {"ttl": self.cfg.heartbeat_ttl})
         instances = await cur.fetchall()
         clock = conn.cursor(row_factory=class_row(q.Now))
         await clock.execute(q.NOW)
@@ -488,7 +489,7 @@ class Reaper(Background):
         assert now is not None  # SELECT clock_timestamp() answers one row
         report.duplicates = find_duplicates(instances, now.now, self.cfg.heartbeat_ttl)
         flagged = sorted(report.duplicates)
-        await conn.execute(q.FLAG_DUPLICATES, {"ids": flagged})
+        await conn.execute(SQL.FLAG_DUPLICATES, {"worker_ids": flagged})
         for worker_id in flagged:
             if worker_id not in self._flagged:
                 self.metrics.duplicates_detected.inc()
@@ -503,7 +504,7 @@ class Reaper(Background):
         alive_ids = [w.worker_id for w in workers.values() if w.alive]
         alive_queues = [w.queue for w in workers.values()
                         if w.takes and w.kind == "inference" and w.queue]
-        tasks = await fetch_tasks(conn, q.INFERENCE_TO_REVIEW, {
+        tasks = await fetch_tasks(conn, SQL.INFERENCE_TO_REVIEW, {
             "types": list(INFERENCE_TYPES), "alive": alive_ids, "queues": alive_queues,
             "timeout": cfg.task_timeout, "limit": BATCH})
         if not tasks:
@@ -518,7 +519,7 @@ class Reaper(Background):
     async def _shared(self, conn: psycopg.AsyncConnection, workers: dict[str, WorkerView],
                       report: PassReport) -> None:
         alive_ids = [w.worker_id for w in workers.values() if w.alive]
-        tasks = await fetch_tasks(conn, q.SHARED_ON_DEAD, {
+        tasks = await fetch_tasks(conn, SQL.SHARED_ON_DEAD, {
             "types": list(SHARED_TYPES), "alive": alive_ids, "limit": BATCH})
         failures = plan_shared(tasks, workers, self.cfg.heartbeat_ttl,
                                self.cfg.web_task_deadline)
@@ -535,7 +536,7 @@ class Reaper(Background):
         than the grace, and otherwise every ``full_scan_every`` passes (a lost id can hide
         behind newer ones in a busy queue)."""
         self._passes += 1
-        cur = await conn.execute(q.QUEUED_PAST_GRACE, {"grace": self.cfg.repush_grace})
+        cur = await conn.execute(SQL.QUEUED_PAST_GRACE, {"grace": self.cfg.repush_grace})
         old = dict(await cur.fetchall())
         if not old:
             return
@@ -558,7 +559,7 @@ class Reaper(Background):
         if not suspicious:
             return
         queued = conn.cursor(row_factory=class_row(q.Queued))
-        await queued.execute(q.QUEUED_IDS_PAST_GRACE, {
+        await queued.execute(SQL.QUEUED_IDS_PAST_GRACE, {
             "queues": suspicious, "grace": self.cfg.repush_grace, "limit": 4 * BATCH})
         candidates = [(row.id, row.queue) for row in await queued.fetchall()
                       if row.id not in handled]

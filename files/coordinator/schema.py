@@ -377,11 +377,6 @@ GRANT SELECT ON coordinator_schema TO SESSION_USER;
 GRANT USAGE ON SEQUENCE task_transitions_id_seq, audit_id_seq TO SESSION_USER;
 """
 
-#: Whether a `workers` row is alive: it heartbeated within the TTL (the query's parameter
-#: ``ttl``, seconds) and did not say goodbye since. The one definition every query uses.
-WORKER_ALIVE = ("(stopped_at IS NULL AND last_heartbeat > clock_timestamp()"
-                " - make_interval(secs => %(ttl)s))")
-
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 

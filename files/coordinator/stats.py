@@ -12,9 +12,9 @@ import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
 from coordinator_contract import SHARED_QUEUES
+from coordinator_sql import SQL
 
 from . import __version__
-from . import queries as q
 from . import statemachine as sm
 from .config import Config
 from .errors import first_line
@@ -40,7 +40,7 @@ class Stats:
 
     async def _active_counts(self, conn: psycopg.AsyncConnection
                              ) -> tuple[dict[str, int], dict[str, int], int]:
-        cur = await conn.execute(q.ACTIVE_BY_QUEUE)
+        cur = await conn.execute(SQL.ACTIVE_BY_QUEUE)
         queued: dict[str, int] = {}
         running: dict[str, int] = {}
         waiting = 0
@@ -52,7 +52,7 @@ class Stats:
         return queued, running, waiting
 
     async def _queue_names(self, conn: psycopg.AsyncConnection, extra: set[str]) -> list[str]:
-        cur = await conn.execute(q.WORKER_QUEUES, {"ttl": self.cfg.heartbeat_ttl})
+        cur = await conn.execute(SQL.WORKER_QUEUES, {"ttl": self.cfg.heartbeat_ttl})
         names = {name for (name,) in await cur.fetchall()} | set(SHARED_QUEUES) | extra
         return sorted(names)
 
@@ -115,10 +115,10 @@ class Stats:
                         # Unfinished tasks only: they are indexed, so this stays cheap however
                         # many finished tasks the table holds (those are counted from
                         # task_events in coordinator_tasks_finished_total).
-                        cur = await conn.execute(q.ACTIVE_BY_TYPE)
+                        cur = await conn.execute(SQL.ACTIVE_BY_TYPE)
                         counts = await cur.fetchall()
                         queued, running, waiting = await self._active_counts(conn)
-                        cur = await conn.execute(q.WORKERS_BY_KIND,
+                        cur = await conn.execute(SQL.WORKERS_BY_KIND,
                                                  {"ttl": self.cfg.heartbeat_ttl})
                         kinds = await cur.fetchall()
                         names = await self._queue_names(conn, set(queued) | set(running))

@@ -17,6 +17,7 @@ import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
 from coordinator_contract import DEFAULT_WORKER, has_model
+from coordinator_sql import SQL
 from psycopg.rows import dict_row
 from redis.exceptions import RedisError
 
@@ -158,13 +159,13 @@ class TaskWriter(Coalescer[Row, bool]):
                 fut.set_result(pushed)
 
     async def _commit(self, rows: list[Row]) -> None:
-        sql, columns = sm.insert_tasks(rows)
+        sql, params = sm.insert_tasks(rows)
         # A pooled connection may have died with a PostgreSQL restart: retry once on a fresh
         # one. Same ids, so a commit whose answer was lost shows up as a unique violation.
         for attempt in (1, 2):
             try:
                 async with self.pool.connection() as conn:
-                    await conn.execute(sql, columns)
+                    await conn.execute(sql, params)
                 return
             except psycopg.errors.UniqueViolation:
                 if attempt == 2:
@@ -220,7 +221,7 @@ class TaskReader(Coalescer[uuid.UUID, "dict[str, Any] | None"]):
                                            asyncio.Future[dict[str, Any] | None]]]) -> None:
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q.SELECT_TASKS, (list({i for i, _ in batch}),))
+            await cur.execute(SQL.SELECT_TASKS, {"ids": list({i for i, _ in batch})})
             rows = {r["id"]: r for r in await cur.fetchall()}
         for task_id, fut in batch:
             if not fut.done():
@@ -335,7 +336,7 @@ class Tasks:
     @staticmethod
     async def _locked(conn: psycopg.AsyncConnection, task_id: uuid.UUID) -> dict[str, Any]:
         cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(q.TASK_FOR_ACTION, {"id": task_id})
+        await cur.execute(SQL.TASK_FOR_ACTION, {"id": task_id})
         row = await cur.fetchone()
         if row is None:
             raise audit.NotFound

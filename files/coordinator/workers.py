@@ -13,6 +13,7 @@ import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
 from coordinator_contract import drain_hint
+from coordinator_sql import SQL
 from psycopg.rows import class_row, dict_row
 from redis.exceptions import RedisError
 
@@ -51,7 +52,7 @@ class Workers:
     async def refresh_registry(self) -> None:
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=class_row(q.RoutedWorker))
-            await cur.execute(q.WORKER_ROWS, {"ttl": self.cfg.heartbeat_ttl})
+            await cur.execute(SQL.WORKER_ROWS, {"ttl": self.cfg.heartbeat_ttl})
             now = time.monotonic()
             workers = [known_worker(r, now) for r in await cur.fetchall()]
             load = await load_by_queue(conn, [w.queue for w in workers if w.queue])
@@ -61,7 +62,7 @@ class Workers:
         """One worker from PostgreSQL (it may have registered at another instance)."""
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=class_row(q.RoutedWorker))
-            await cur.execute(q.WORKER_ROW, {"ttl": self.cfg.heartbeat_ttl,
+            await cur.execute(SQL.WORKER_ROW, {"ttl": self.cfg.heartbeat_ttl,
                                              "worker_id": worker_id})
             row = await cur.fetchone()
         if row is None:
@@ -84,9 +85,9 @@ class Workers:
         }
         async with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q.REGISTER_WORKER, params)
+            await cur.execute(SQL.REGISTER_WORKER, params)
             draining = (await cur.fetchone())["draining"]
-            await cur.execute(q.REGISTER_INSTANCE, params)
+            await cur.execute(SQL.REGISTER_INSTANCE, params)
             duplicate = (await cur.fetchone())["duplicate"]
             dispatched = (await dispatch_waiting(conn, cfg.heartbeat_ttl)
                           if kind == "inference" and not draining else [])
@@ -128,7 +129,7 @@ class Workers:
         }
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=class_row(q.Heartbeat))
-            await cur.execute(q.HEARTBEAT, params)
+            await cur.execute(SQL.HEARTBEAT, params)
             row = await cur.fetchone()
         if row is None:
             return None
@@ -144,10 +145,10 @@ class Workers:
         params = {"worker_id": worker_id, "instance_id": instance_id}
         async with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=class_row(q.Stopped))
-            await cur.execute(q.DEREGISTER, params)
+            await cur.execute(SQL.DEREGISTER, params)
             stopped = await cur.fetchone()
             if stopped is None:
-                exists = await conn.execute(q.WORKER_EXISTS, params)
+                exists = await conn.execute(SQL.WORKER_EXISTS, params)
                 if await exists.fetchone() is None:
                     return None
         if stopped is not None:
@@ -168,10 +169,10 @@ class Workers:
 
         async def effect(conn: psycopg.AsyncConnection) -> audit.Effect:
             cur = conn.cursor(row_factory=class_row(q.DrainChange))
-            await cur.execute(q.DRAIN if drain else q.UNDRAIN, {"worker_id": worker_id})
+            await cur.execute(SQL.DRAIN if drain else SQL.UNDRAIN, {"worker_id": worker_id})
             changed = await cur.fetchone()
             state = conn.cursor(row_factory=dict_row)
-            await state.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
+            await state.execute(SQL.WORKER_STATE_OF, {"worker_id": worker_id,
                                                     "ttl": self.cfg.heartbeat_ttl})
             row = await state.fetchone()
             if row is None:
@@ -196,7 +197,7 @@ class Workers:
                 self.reaper.kick()  # its waiting tasks go to another worker now, or back
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q.WORKER_STATE_OF, {"worker_id": worker_id,
+            await cur.execute(SQL.WORKER_STATE_OF, {"worker_id": worker_id,
                                                   "ttl": self.cfg.heartbeat_ttl})
             row = await cur.fetchone()
         return {"worker_id": worker_id, "state": row["state"] if row else "stopped",
@@ -221,7 +222,7 @@ class Workers:
     async def list(self) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(q.LIST_WORKERS, {"ttl": self.cfg.heartbeat_ttl})
+            await cur.execute(SQL.LIST_WORKERS, {"ttl": self.cfg.heartbeat_ttl})
             rows = await cur.fetchall()
         for row in rows:
             for column in ("registered_at", "last_heartbeat", "stopped_at",

@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import redis
 import uvicorn
+from coordinator_sql import SQL
 
 from coordinator.app import create_app
 from coordinator.config import Config, load_config
@@ -218,7 +219,7 @@ class FakeWorker:
 
     def claim(self, task_id: str) -> str | None:
         claim = uuid.uuid4()
-        cur = self.conn.execute(contract.CLAIM, {
+        cur = self.conn.execute(SQL.CLAIM, {
             "id": task_id, "claim": claim, "worker_id": self.worker_id, "host": self.host,
             "queues": [self.queue]})
         return str(claim) if cur.fetchone() else None
@@ -227,7 +228,7 @@ class FakeWorker:
                status: str = "done", error: str | None = None, fallback: bool = False,
                worker: str | None = None) -> bool:
         default = contract.WEB_RESULT_WORKER if self.kind == "web" else self.worker_id
-        cur = self.conn.execute(contract.RESULT_SQL, {
+        cur = self.conn.execute(SQL.RESULT, {
             "id": task_id, "claim": claim, "status": status, "result": result,
             "fallback": fallback, "error": error, "worker": worker or default,
             "answered_model": None})

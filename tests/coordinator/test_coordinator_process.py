@@ -15,8 +15,8 @@ import httpx
 import psycopg
 import pytest
 import redis
+from coordinator_sql import NAMED
 
-from coordinator import queries
 from coordinator.schema import LATEST_VERSION, MIGRATIONS, ensure_schema
 from lab import throwaway
 from lab.processes import FILES, stop_process
@@ -299,7 +299,7 @@ def test_unfinished_task_queries_read_the_active_index(pg: ThrowawayPostgres) ->
             " FROM generate_series(1, 20000) AS n")
         conn.execute("ANALYZE tasks")
         plans = {name: "\n".join(row[0] for row in conn.execute(
-                     "EXPLAIN " + getattr(queries, name), {"queues": ["tasks:web"]}))
+                     "EXPLAIN " + NAMED[name], {"queues": ["tasks:web"]}))
                  for name in ("OLDEST_WAITING", "ACTIVE_BY_QUEUE", "LOAD_BY_QUEUE")}
     assert {name: "Index Scan on tasks_active_idx" in plan for name, plan in plans.items()} \
         == dict.fromkeys(plans, True), plans

@@ -18,6 +18,7 @@ import coordinator_contract as contract
 import psycopg
 import psycopg2
 import pytest
+from coordinator_sql import SQL
 
 from coordinator import statemachine as sm
 from coordinator.schema import MIGRATIONS, ensure_schema
@@ -160,7 +161,7 @@ def claim(cluster: dict[str, str], host: str, task_id: uuid.UUID,
           queue: str = contract.WEB_QUEUE) -> uuid.UUID:
     params = claim_params(task_id, host, queue)
     with worker(cluster, host) as conn, conn.cursor() as cur:
-        cur.execute(contract.CLAIM_SQL, params)
+        cur.execute(SQL.CLAIM_ASYNC_COMMIT, params)
         assert cur.rowcount == 1
     return uuid.UUID(params["claim"])
 
@@ -190,7 +191,7 @@ def test_a_worker_claims_and_answers_its_own_task_and_the_timeline_records_it(cl
     task_id = new_task(cluster)
     token = claim(cluster, HOST_A, task_id)
     with worker(cluster, HOST_A) as conn, conn.cursor() as cur:
-        cur.execute(contract.RESULT_SQL, result_params(task_id, token))
+        cur.execute(SQL.RESULT, result_params(task_id, token))
         assert cur.rowcount == 1
     rows = coordinator_sql(cluster, "SELECT status, claimed_by FROM tasks WHERE id = %s",
                            (task_id,))
@@ -203,7 +204,7 @@ def test_a_worker_claims_and_answers_its_own_task_and_the_timeline_records_it(cl
 def test_a_worker_cannot_write_another_hosts_claim(cluster):
     task_id = new_task(cluster)
     token = claim(cluster, HOST_A, task_id)
-    message = refused(cluster, HOST_B, contract.RESULT_SQL, result_params(task_id, token))
+    message = refused(cluster, HOST_B, SQL.RESULT, result_params(task_id, token))
     assert message == (
         f"permission denied: task {task_id} is running and claimed by "
         f"{contract.worker_db_role(HOST_A)}; {contract.worker_db_role(HOST_B)} may only claim "
@@ -216,7 +217,7 @@ def test_a_worker_cannot_rewrite_a_finished_task_even_its_own(cluster):
     task_id = new_task(cluster)
     token = claim(cluster, HOST_A, task_id)
     with worker(cluster, HOST_A) as conn, conn.cursor() as cur:
-        cur.execute(contract.RESULT_SQL, result_params(task_id, token))
+        cur.execute(SQL.RESULT, result_params(task_id, token))
     message = refused(cluster, HOST_A, "UPDATE tasks SET result = 'forged' WHERE id = %s",
                       (str(task_id),))
     assert message.startswith(f"permission denied: task {task_id} is done and claimed by")
@@ -242,7 +243,7 @@ def test_a_worker_cannot_claim_a_task_of_another_hosts_queue_even_naming_its_wor
     task_id = new_task(cluster, own_queue(HOST_B))
     forged = claim_params(task_id, HOST_A, own_queue(HOST_B), worker_id=HOST_B,
                           worker_host=ADDRESS[HOST_B])
-    assert refused(cluster, HOST_A, contract.CLAIM_SQL, forged) == (
+    assert refused(cluster, HOST_A, SQL.CLAIM_ASYNC_COMMIT, forged) == (
         f"permission denied: {contract.worker_db_role(HOST_A)} may not take task {task_id} "
         f"from queue {own_queue(HOST_B)}: host {HOST_A} serves {own_queue(HOST_A)}, "
         f"{contract.WEB_QUEUE}")
@@ -256,11 +257,11 @@ def test_a_claim_may_name_only_its_own_hosts_workers_and_address(cluster):
     task_id = new_task(cluster)  # tasks:web, which A serves
     login = contract.worker_db_role(HOST_A)
     as_b = claim_params(task_id, HOST_A, worker_id=web_worker(HOST_B))
-    assert refused(cluster, HOST_A, contract.CLAIM_SQL, as_b) == (
+    assert refused(cluster, HOST_A, SQL.CLAIM_ASYNC_COMMIT, as_b) == (
         f"permission denied: {login} may not write task {task_id} (queue {contract.WEB_QUEUE}) "
         f"as worker {web_worker(HOST_B)}: host {HOST_A} runs {HOST_A}, {web_worker(HOST_A)}")
     at_b = claim_params(task_id, HOST_A, worker_host=ADDRESS[HOST_B])
-    assert refused(cluster, HOST_A, contract.CLAIM_SQL, at_b) == (
+    assert refused(cluster, HOST_A, SQL.CLAIM_ASYNC_COMMIT, at_b) == (
         f"permission denied: {login} may not write task {task_id} (queue {contract.WEB_QUEUE}) "
         f"as host {ADDRESS[HOST_B]}: host {HOST_A}'s workers are {ADDRESS[HOST_A]}")
     assert task_state(cluster, task_id) == ("queued", None, None)
@@ -278,9 +279,9 @@ def test_a_worker_claims_reclaims_and_finishes_its_own_hosts_task(cluster):
     # Its next process, the earlier one dead mid-task, claims it again with a new token.
     again = claim_params(task_id, HOST_A, own_queue(HOST_A))
     with worker(cluster, HOST_A) as conn, conn.cursor() as cur:
-        cur.execute(contract.RECLAIM_SQL, again)
+        cur.execute(SQL.RECLAIM_ASYNC_COMMIT, again)
         assert cur.rowcount == 1
-        cur.execute(contract.RESULT_SQL, result_params(task_id, uuid.UUID(again["claim"])))
+        cur.execute(SQL.RESULT, result_params(task_id, uuid.UUID(again["claim"])))
         assert cur.rowcount == 1
     assert coordinator_sql(cluster, "SELECT status, attempts, claimed_by, worker_host FROM tasks"
                                     " WHERE id = %s", (task_id,)) == [
@@ -292,7 +293,7 @@ def test_a_worker_claims_reclaims_and_finishes_its_own_hosts_task(cluster):
 
 def test_a_login_without_a_grant_takes_nothing(cluster):
     task_id = new_task(cluster)
-    message = refused(cluster, HOST_C, contract.CLAIM_SQL, claim_params(task_id, HOST_C))
+    message = refused(cluster, HOST_C, SQL.CLAIM_ASYNC_COMMIT, claim_params(task_id, HOST_C))
     assert message == (
         f"permission denied: {contract.worker_db_role(HOST_C)} has no grant, so it may take no "
         f"task (task {task_id} on queue {contract.WEB_QUEUE}): run site.yml, which grants each "
@@ -305,7 +306,7 @@ def test_the_claim_records_the_login_that_authenticated_whatever_role_it_sets(cl
     task_id = new_task(cluster)
     with worker(cluster, HOST_A) as conn, conn.cursor() as cur:
         cur.execute(f"SET ROLE {contract.WORKER_DB_GROUP}")
-        cur.execute(contract.CLAIM_SQL, claim_params(task_id, HOST_A))
+        cur.execute(SQL.CLAIM_ASYNC_COMMIT, claim_params(task_id, HOST_A))
         assert cur.rowcount == 1
     assert task_state(cluster, task_id)[1] == contract.worker_db_role(HOST_A)
 
@@ -319,7 +320,7 @@ def test_during_a_move_both_web_hosts_take_tasks_web_and_after_it_only_the_new_o
         # Its last play: A's web worker stopped, its grant loses tasks:web.
         assert write_grants(cluster, web_a="absent", web_b="present") == 1
         task_id = new_task(cluster)
-        assert refused(cluster, HOST_A, contract.CLAIM_SQL, claim_params(task_id, HOST_A)) == (
+        assert refused(cluster, HOST_A, SQL.CLAIM_ASYNC_COMMIT, claim_params(task_id, HOST_A)) == (
             f"permission denied: {contract.worker_db_role(HOST_A)} may not take task {task_id} "
             f"from queue {contract.WEB_QUEUE}: host {HOST_A} serves {own_queue(HOST_A)}")
         claim(cluster, HOST_B, task_id)
@@ -330,7 +331,7 @@ def test_during_a_move_both_web_hosts_take_tasks_web_and_after_it_only_the_new_o
 
 def proof(cluster: dict[str, str], task_id: uuid.UUID, host: str) -> tuple[str | None, ...]:
     """coordinator_task's verdict and warning on the task's row, read as it reads it."""
-    (values,) = coordinator_sql(cluster, probe.SELECT_TASK_SQL, (str(task_id),))
+    (values,) = coordinator_sql(cluster, SQL.PROBE_TASK, probe.task_query(str(task_id)))
     row = probe.row_from_tuple(values)
     expect = probe.Expectation(ADDRESS[host], allow_fallback=False, claimed_by_host=host)
     return probe.judge_final(row, expect), probe.identity_warning(row, expect)
@@ -340,7 +341,7 @@ def test_the_proof_reads_the_login_the_database_recorded_not_the_workers_word(cl
     task_id = new_task(cluster, own_queue(HOST_B))
     token = claim(cluster, HOST_B, task_id, own_queue(HOST_B))
     with worker(cluster, HOST_B) as conn, conn.cursor() as cur:
-        cur.execute(contract.RESULT_SQL, result_params(task_id, token))
+        cur.execute(SQL.RESULT, result_params(task_id, token))
     assert proof(cluster, task_id, HOST_B) == (None, None)
     # A row whose worker columns say A, as a worker wrote them before the grants (here the
     # Coordinator's login rewrites them): the login that claimed it is still B's.
@@ -357,8 +358,8 @@ def test_a_claim_by_the_shared_coordinator_login_proves_no_host_and_says_so(clus
     # Without a worker key every worker host logs in as the Coordinator's login.
     task_id = new_task(cluster)
     params = claim_params(task_id, HOST_A)
-    coordinator_sql(cluster, contract.CLAIM, params)
-    coordinator_sql(cluster, contract.RESULT_SQL,
+    coordinator_sql(cluster, SQL.CLAIM, params)
+    coordinator_sql(cluster, SQL.RESULT,
                     result_params(task_id, uuid.UUID(params["claim"])))
     verdict, warning = proof(cluster, task_id, HOST_A)
     assert verdict is None

@@ -180,7 +180,7 @@ def task(task_id: str = TASK_ID, status: str = "done", **extra: object) -> dict:
 
 def count(task_type: str, status: str, last_hour: int, all_time: int,
           fallbacks: tuple[int, int] = (0, 0)) -> dict:
-    """A row of queries.TASK_COUNTS."""
+    """A row of SQL.TASK_COUNTS."""
     return {"task_type": task_type, "status": status, "last_hour": last_hour,
             "all_time": all_time, "fallbacks_last_hour": fallbacks[0],
             "fallbacks_all_time": fallbacks[1]}

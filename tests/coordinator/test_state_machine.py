@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 import coordinator_contract as contract
+from coordinator_sql import SQL
 
 from coordinator import statemachine as sm
 
@@ -43,40 +44,40 @@ def result(task_id: uuid.UUID, claim_token: uuid.UUID, status: str = "done") -> 
 def test_one_claim_one_result(backends: Backends) -> None:
     task_id = new_task(backends)
     # A worker of another queue cannot claim it.
-    assert run(backends, contract.CLAIM, claim(task_id, "b", ["tasks:rag"])) == 0
+    assert run(backends, SQL.CLAIM, claim(task_id, "b", ["tasks:rag"])) == 0
     first = claim(task_id, "a", [contract.WEB_QUEUE])
-    assert run(backends, contract.CLAIM, first) == 1
+    assert run(backends, SQL.CLAIM, first) == 1
     # A second copy of the id: the guard is false.
-    assert run(backends, contract.CLAIM, claim(task_id, "b", [contract.WEB_QUEUE])) == 0
+    assert run(backends, SQL.CLAIM, claim(task_id, "b", [contract.WEB_QUEUE])) == 0
     # A result needs the claim's token.
-    assert run(backends, contract.RESULT_SQL, result(task_id, uuid.uuid4())) == 0
-    assert run(backends, contract.RESULT_SQL, result(task_id, first["claim"])) == 1
-    assert run(backends, contract.RESULT_SQL, result(task_id, first["claim"], "failed")) == 0
+    assert run(backends, SQL.RESULT, result(task_id, uuid.uuid4())) == 0
+    assert run(backends, SQL.RESULT, result(task_id, first["claim"])) == 1
+    assert run(backends, SQL.RESULT, result(task_id, first["claim"], "failed")) == 0
     row = backends.task(str(task_id))
     assert (row["status"], row["worker"], row["attempts"]) == ("done", "web-worker", 1)
 
 
 def test_reclaim_only_by_the_same_worker_of_a_running_task(backends: Backends) -> None:
     task_id = new_task(backends)
-    assert run(backends, contract.CLAIM, claim(task_id, "a", [contract.WEB_QUEUE])) == 1
-    assert run(backends, contract.RECLAIM, claim(task_id, "b", [contract.WEB_QUEUE])) == 0
+    assert run(backends, SQL.CLAIM, claim(task_id, "a", [contract.WEB_QUEUE])) == 1
+    assert run(backends, SQL.RECLAIM, claim(task_id, "b", [contract.WEB_QUEUE])) == 0
     again = claim(task_id, "a", [contract.WEB_QUEUE])
-    assert run(backends, contract.RECLAIM, again) == 1
+    assert run(backends, SQL.RECLAIM, again) == 1
     assert backends.task(str(task_id))["attempts"] == 2
     # The token of the first process is no longer the claim.
-    assert run(backends, contract.RESULT_SQL, result(task_id, again["claim"])) == 1
+    assert run(backends, SQL.RESULT, result(task_id, again["claim"])) == 1
 
 
 def test_reaper_moves_only_what_it_saw(backends: Backends) -> None:
     task_id = new_task(backends)
     first = claim(task_id, "a", [contract.WEB_QUEUE])
-    assert run(backends, contract.CLAIM, first) == 1
+    assert run(backends, SQL.CLAIM, first) == 1
     stale = uuid.uuid4()
     assert run(backends, *sm.requeue_task(task_id, "running", stale, contract.WEB_QUEUE,
                                           contract.WEB_QUEUE, "default")) == 0
     assert run(backends, *sm.fail_task(task_id, "queued", None, "why")) == 0
     assert run(backends, *sm.fail_task(task_id, "running", first["claim"], "why")) == 1
     # A worker's late result after the Reaper failed the task changes nothing.
-    assert run(backends, contract.RESULT_SQL, result(task_id, first["claim"])) == 0
+    assert run(backends, SQL.RESULT, result(task_id, first["claim"])) == 0
     row = backends.task(str(task_id))
     assert (row["status"], row["error"]) == ("failed", "why")

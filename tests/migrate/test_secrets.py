@@ -20,6 +20,7 @@ import coordinator_contract as contract
 import pytest
 import requests
 import yaml
+from coordinator_sql import SQL
 
 from coordinator.pages import PREFIX, STYLESHEET
 from lab import capture, lab, throwaway
@@ -130,7 +131,7 @@ def test_a_worker_hosts_own_login_cannot_take_or_sign_for_another_hosts_task(clu
         params = {"id": task_id, "claim": str(uuid.uuid4()), "worker_id": victim_id,
                   "host": core.address, "queues": [queue]}
         return node.sh(f"{node.worker_base_dir}/venv/bin/python", "-c", CLAIM, check=True,
-                       input_text=json.dumps({"dsn": dsn, "sql": contract.CLAIM_SQL,
+                       input_text=json.dumps({"dsn": dsn, "sql": SQL.CLAIM_ASYNC_COMMIT,
                                               "params": params})).stdout.strip()
 
     # Queued with no id in Redis, dispatched "in an hour" so that the Reaper, which re-pushes

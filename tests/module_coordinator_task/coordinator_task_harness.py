@@ -23,6 +23,7 @@ import coordinator_contract as contract
 import psycopg
 import pytest
 import requests
+from coordinator_sql import SQL
 
 from lab.processes import CoordinatorProcess
 from lab.throwaway import DB_NAME, DB_USER, Certificates, ThrowawayPostgres, ThrowawayRedis
@@ -161,7 +162,7 @@ class SqlWorker:
 
     def claim(self, task_id: str, worker_id: str, host: str) -> uuid.UUID:
         claim = uuid.uuid4()
-        row = self.conn.execute(contract.CLAIM, {
+        row = self.conn.execute(SQL.CLAIM, {
             "id": task_id, "claim": claim, "worker_id": worker_id, "host": host,
             "queues": [contract.WEB_QUEUE]}).fetchone()
         assert row is not None, f"task {task_id} could not be claimed"
@@ -171,7 +172,7 @@ class SqlWorker:
         self, task_id: str, claim: uuid.UUID, status: str = "done", result: str | None = None,
         fallback: bool = False, error: str | None = None,
     ) -> None:
-        written = self.conn.execute(contract.RESULT_SQL, {
+        written = self.conn.execute(SQL.RESULT, {
             "id": task_id, "claim": claim, "status": status, "result": result,
             "fallback": fallback, "error": error, "worker": contract.WEB_RESULT_WORKER,
             "answered_model": None})

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import worker_base as base
 import worker_web
+from coordinator_sql import PROBE_COLUMNS, SQL, parameters
 
 from module_utils import coordinator_probe as probe
 
@@ -285,8 +286,10 @@ def test_first_line():
 
 
 def test_select_reads_every_taskrow_field_in_order():
-    assert len(probe.TASK_COLUMNS) == len(probe.TaskRow.__dataclass_fields__)
-    assert probe.SELECT_TASK_SQL.startswith("SELECT id::text, task_type, status, queue, worker,")
+    assert len(PROBE_COLUMNS) == len(probe.TaskRow.__dataclass_fields__)
+    assert SQL.PROBE_TASK.startswith("SELECT id::text, task_type, status, queue, worker,")
+    assert parameters(SQL.PROBE_TASK) == ["group", "id"]
+    assert probe.task_query(TID) == {"id": TID, "group": "coordinator_workers"}
     row = probe.row_from_tuple([TID, "web_search", "queued", "tasks:web", "default", None, None,
                                 None, False, None, T0, None, None])
     assert row.worker == "default"

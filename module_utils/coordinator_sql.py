@@ -1,0 +1,1 @@
+../files/coordinator_sql.py
