@@ -2,18 +2,23 @@
 
 A worker subclasses `Worker`, names its program, kind, version and queues, adds its backend
 checks and `execute`, and calls `main(MyWorker, MyConfig)`. This module does the rest, as
-docs/design.md describes it: configuration from the environment, the start-up checks
-(Redis, PostgreSQL login and a write to `tasks`, then the worker's own backends; `--check`
-runs only these), the session advisory lock that allows one process per WORKER_ID,
-registration, heartbeats and the goodbye at exit, the reliable take
-(`BLMOVE <queue> processing:<id> RIGHT LEFT`), the guarded claim and result write (retried
-until PostgreSQL takes it), recovery of the processing list, and SIGTERM.
+docs/design.md describes it, in parts:
+
+- configuration from the environment (`BaseConfig`);
+- `StartupChecks`: Redis, PostgreSQL login and a write to `tasks`, then the worker's own
+  backends; `--check` runs only these (`--check --json` prints their results);
+- `TaskStore`: PostgreSQL, the session advisory lock that allows one process per WORKER_ID,
+  the guarded claim and result write (retried until PostgreSQL takes it);
+- `CoordinatorClient`: registration, heartbeats (and the drain they answer), the goodbye;
+- `Worker`, the loop using them: the reliable take (`BLMOVE <queue> processing:<id> RIGHT
+  LEFT`), recovery of the processing list, the drain hints, and SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import os
 import platform
@@ -24,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlparse
 
@@ -229,11 +234,14 @@ class _MaskSecrets(logging.Filter):
         self.secrets = secrets
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        for secret in self.secrets:
-            message = message.replace(secret, "***")
-        record.msg, record.args = message, None
+        record.msg, record.args = masked(record.getMessage(), self.secrets), None
         return True
+
+
+def masked(message: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    return message
 
 
 def setup_logging(secrets: list[str]) -> None:
@@ -318,7 +326,7 @@ def is_loopback(host: str | None) -> bool:
     return host in (None, "localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
-# --- the worker ---------------------------------------------------------------------------
+# --- the task store: PostgreSQL -----------------------------------------------------------
 
 @dataclass
 class Task:
@@ -339,186 +347,24 @@ class Outcome:
     answered_model: str | None = None
 
 
-class Worker:
-    """One worker process; subclasses fill in the class attributes and the hooks below."""
+class TaskStore:
+    """The worker's side of the ``tasks`` table: its PostgreSQL connection, the session
+    advisory lock that allows one process per WORKER_ID, and the guarded claim and result
+    write, retried until PostgreSQL takes them (the statements are coordinator_sql's)."""
 
-    program: ClassVar[str]  # first word of application_name, e.g. "worker_infer"
-    title: ClassVar[str]  # banner: "<title> starting (v<version>)."
-    kind: ClassVar[str]
-    version: ClassVar[str]
-
-    def __init__(self, cfg: BaseConfig) -> None:
+    def __init__(self, cfg: BaseConfig, program: str, queues: list[str]) -> None:
         self.cfg = cfg
-        self.processing = processing_list(cfg.worker_id)
-        self.instance_id = str(uuid.uuid4())
-        self.app_name = f"{self.program} {cfg.worker_id} {cfg.worker_host} pid={os.getpid()}"
-        self.redis = redis.Redis(
-            host=cfg.redis_host, port=cfg.redis_port, username=cfg.redis_username,
-            password=cfg.redis_password, socket_connect_timeout=5,
-            socket_timeout=TAKE_BLOCK_SECONDS + 10, decode_responses=True,
-            # One immediate reconnect (an idle connection the server closed); longer outages
-            # are the worker's own loop, which logs them once.
-            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
-            **redis_tls_options(cfg.redis_ca_file),
-        )
+        self.program = program
+        self.queues = queues
+        self.app_name = f"{program} {cfg.worker_id} {cfg.worker_host} pid={os.getpid()}"
         self.db: psycopg2.extensions.connection | None = None
         self.lock_db: psycopg2.extensions.connection | None = None
         self.lock_outage = False
-        self.http = requests.Session()
-        if cfg.coordinator_ca_file:
-            self.http.verify = cfg.coordinator_ca_file
-        if cfg.coordinator_token:
-            self.http.headers["Authorization"] = f"Bearer {cfg.coordinator_token}"
-        self.heartbeat_interval = 10.0
-        self.heartbeat_thread = threading.Thread(target=self.heartbeat_loop, name="heartbeat",
-                                                 daemon=True)
-        # Set once the worker says goodbye: no heartbeat may follow it.
-        self.heartbeats_over = threading.Event()
-        # Wakes the heartbeat thread before its interval (a drain just finished, goodbye).
-        self.beat_now = threading.Event()
-        # Set while the Coordinator says the worker is drained (register and heartbeat
-        # answers); `drained` once it also holds no task, which the next heartbeat reports.
-        self.drain = threading.Event()
-        self.drained = False
-        # The Coordinator's hint of a drain (coordinator_contract.drain_hint), looked at
-        # between two takes; off once Redis refuses it (an ACL from before the hints).
-        self.drain_hint = drain_hint(cfg.worker_id)
-        self.hint_allowed = True
-        self.hint_beat_at = 0.0
-        self.stopping = threading.Event()
-        self.exit_code = 0
-        self.in_flight = 0
+        # What the heartbeat reports of the writes.
         self.db_write_failures = 0
         self.last_error: str | None = None
-        # Set once an LLEN saw our processing list empty: only then may the loop take a new
-        # id without looking in the list first (one round trip less per task).
-        self.processing_empty = False
 
-    # -- hooks ------------------------------------------------------------------------------
-    @property
-    def queues(self) -> list[str]:
-        raise NotImplementedError
-
-    def check_backends(self) -> None:
-        """Check what the work needs (log `<Backend> OK` or raise CheckFailed)."""
-
-    def registration_extra(self) -> dict[str, Any]:
-        """Kind-specific fields of the registration body: a worker of a shared queue names
-        it (the web worker its model too); an inference worker sends its device and models
-        instead (the Coordinator derives its queue, tasks:<device>:<worker_id>, from them)."""
-        return {"queues": self.queues}
-
-    def execute(self, task: Task) -> Outcome:
-        raise NotImplementedError
-
-    def result_worker(self) -> str:
-        """What the result write puts in tasks.worker."""
-        return self.cfg.worker_id
-
-    # -- start-up ---------------------------------------------------------------------------
-    def check(self) -> None:
-        """The start-up checks in the order they are logged; `--check` runs only these."""
-        self.check_redis()
-        self.check_postgres()
-        self.check_backends()
-
-    def start(self) -> None:
-        self.check()
-        self.take_lock()
-        self.adopt_running()
-        leftovers = self.redis.llen(self.processing)
-        if leftovers:
-            log.info("%s holds %d task(s) from a previous run; finishing them first",
-                     self.processing, leftovers)
-        self.register()
-        self.heartbeat_thread.start()
-
-    def adopt_running(self) -> None:
-        """A task `running` under this worker id but missing from our processing list was
-        claimed by an earlier process that died after Redis lost the list (restarted or
-        flushed). Only this process (it holds the lock) can finish it, so list it again."""
-        with self.db, self.db.cursor() as cur:
-            cur.execute(SQL.ADOPT, {"worker_id": self.cfg.worker_id, "queues": self.queues})
-            running = [row[0] for row in cur.fetchall()]
-        for task_id in running:
-            if self.redis.lpos(self.processing, task_id) is None:
-                log.warning("Task %s is running under %s but missing from %s (Redis lost "
-                            "it); finishing it", task_id, self.cfg.worker_id, self.processing)
-                self.redis.rpush(self.processing, task_id)
-
-    def check_redis(self) -> None:
-        address = f"{self.cfg.redis_host}:{self.cfg.redis_port}"
-        user = self.cfg.redis_username or "default"
-        try:
-            self.redis.ping()
-            # Every key the loop uses, so a user without them fails here, not at the first
-            # task (LLEN is read-only).
-            for key in [*self.queues, self.processing]:
-                self.redis.llen(key)
-        except redis.AuthenticationError as error:
-            raise CheckFailed(
-                f"Redis check FAILED at {address}: user '{user}' refused: {one_line(error)}; "
-                "fix: check REDIS_USERNAME and REDIS_PASSWORD (the worker role derives them "
-                "for this host, worker_<host>, from worker_redis_password_key; run site.yml "
-                "so the redis role has the same user)"
-            ) from None
-        except redis.exceptions.NoPermissionError as error:
-            raise CheckFailed(
-                f"Redis check FAILED at {address}: user '{user}' may not use its keys: "
-                f"{one_line(error)}; fix: run site.yml (or migrate-web.yml for a web worker) "
-                "so the redis role grants this host's user its workers' queues and "
-                "processing lists"
-            ) from None
-        except redis.RedisError as error:
-            text = one_line(error)
-            tls_problem = redis_tls_problem(text, self.cfg.redis_ca_file)
-            local_network = local_network_hint(text, platform.system(), base_interpreter())
-            if local_network:
-                fix = f"fix: {local_network}"
-            elif tls_problem:
-                fix = f"fix: {tls_problem}"
-            elif "AUTH" in text and "without any password configured" in text:
-                fix = "fix: this Redis has no password; unset REDIS_PASSWORD"
-            else:
-                fix = ("fix: check REDIS_HOST/REDIS_PORT, and in redis.conf on that host `bind` "
-                       "(must include its LAN address) and `protected-mode`, and the firewall")
-            raise CheckFailed(f"Redis check FAILED at {address}: {text}; {fix}") from None
-        log.info("Redis OK (%s, %s)", address,
-                 f"TLS, certificate from {self.cfg.redis_ca_file}" if self.cfg.redis_ca_file
-                 else "plain TCP")
-
-    def check_postgres(self) -> None:
-        where = masked_dsn(self.cfg.pg_dsn)
-        try:
-            conn = self.connect_db()
-        except psycopg2.Error as error:
-            text = one_line(error)
-            local_network = local_network_hint(text, platform.system(), base_interpreter())
-            hint = (f"fix: {local_network}" if local_network
-                    else postgres_login_hint(text, self.cfg.pg_dsn, self.cfg.worker_host))
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: login refused: {text}; "
-                              f"{hint}") from None
-        try:
-            with conn.cursor() as cur:
-                cur.execute(SQL.WRITE_CHECK)
-        except psycopg2.errors.UndefinedTable:
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: there is no tasks table; "
-                              "fix: start the Coordinator once, it creates the schema") from None
-        except psycopg2.errors.InsufficientPrivilege as error:
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
-                              f"table: {one_line(error)}; fix: GRANT {WORKER_DB_GROUP} TO "
-                              f"{conn.info.user}, as site.yml does for each worker host's "
-                              "login") from None
-        except psycopg2.Error as error:
-            raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
-                              f"table: {one_line(error)}") from None
-        finally:
-            conn.rollback()
-        self.db = conn
-        log.info("PostgreSQL OK (%s, can write tasks)", where)
-
-    # -- one process per WORKER_ID ----------------------------------------------------------
-    def connect_db(self, options: str | None = None) -> psycopg2.extensions.connection:
+    def connect(self, options: str | None = None) -> psycopg2.extensions.connection:
         extra = {"options": options} if options else {}
         conn = psycopg2.connect(
             self.cfg.pg_dsn, connect_timeout=5, application_name=self.app_name,
@@ -530,9 +376,10 @@ class Worker:
         conn.autocommit = True
         return conn
 
+    # -- one process per WORKER_ID ----------------------------------------------------------
     def take_lock(self) -> None:
         """Hold `hashtext('worker:' || worker_id)` for the life of this process."""
-        conn = self.connect_db(LOCK_SESSION_OPTIONS)
+        conn = self.connect(LOCK_SESSION_OPTIONS)
         with conn.cursor() as cur:
             cur.execute(SQL.WORKER_LOCK, {"worker_id": self.cfg.worker_id})
             got = cur.fetchone()[0]
@@ -558,8 +405,9 @@ class Worker:
                 f"running {who}; stop it there first: two copies would race for "
                 f"{', '.join(self.queues)}")
 
-    def keep_lock(self) -> None:
-        """Re-take the lock after its connection was lost (e.g. PostgreSQL restarted)."""
+    def keep_lock(self, retry_every: float) -> None:
+        """Re-take the lock after its connection was lost (e.g. PostgreSQL restarted); raises
+        CheckFailed when another process took it meanwhile."""
         try:
             if self.lock_db is not None and not self.lock_db.closed:
                 with self.lock_db.cursor() as cur:
@@ -573,227 +421,21 @@ class Worker:
             self.lock_db = None
         try:
             self.take_lock()
-        except CheckFailed as error:
-            log.error("%s; exiting after the current task", error)
-            self.exit_code = 1
-            self.stopping.set()
         except psycopg2.Error as error:
             if not self.lock_outage:
                 log.warning("Cannot re-take the lock yet (%s); retrying every %gs",
-                            one_line(error), self.heartbeat_interval)
+                            one_line(error), retry_every)
             self.lock_outage = True
 
-    # -- Coordinator ------------------------------------------------------------------------
-    def register(self) -> None:
-        url = f"{self.cfg.coordinator_url}/workers/register"
-        body = {
-            "worker_id": self.cfg.worker_id, "host": self.cfg.worker_host, "kind": self.kind,
-            "version": self.version, "pid": os.getpid(),
-            "instance_id": self.instance_id,
-            "os": f"{platform.system()} {platform.release()}".strip(),
-            **self.registration_extra(),
-        }
-        try:
-            response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
-        except OSError as error:  # requests' errors, and its OSError for a missing CA file
-            text = one_line(error)
-            fix = (local_network_hint(text, platform.system(), base_interpreter())
-                   or coordinator_tls_problem(self.cfg.coordinator_url, repr(error),
-                                              self.cfg.coordinator_ca_file)
-                   or "check COORDINATOR_URL and that the Coordinator runs")
-            raise CheckFailed(f"Coordinator check FAILED: not reachable at "
-                              f"{self.cfg.coordinator_url} ({text}); fix: {fix}") from None
-        if response.status_code == 401:
-            raise CheckFailed(f"Coordinator check FAILED at {self.cfg.coordinator_url}: 401, "
-                              "fix: set COORDINATOR_TOKEN to the Coordinator's token")
-        if response.status_code != 200:
-            raise CheckFailed(f"Coordinator check FAILED at {url}: HTTP {response.status_code} "
-                              f"{error_text(response)}")
-        answer = response.json()
-        self.heartbeat_interval = float(answer["heartbeat_interval"])
-        log.info("register: %s as %s worker on %s at %s (v%s, heartbeat every %gs)",
-                 self.cfg.worker_id, self.kind, self.queues, self.cfg.coordinator_url,
-                 self.version, self.heartbeat_interval)
-        self.set_drain(bool(answer.get("drain")))
+    # -- the guarded transitions ------------------------------------------------------------
+    def running(self) -> list[str]:
+        """The tasks `running` under this worker id: an earlier process claimed them."""
+        with self.db, self.db.cursor() as cur:
+            cur.execute(SQL.ADOPT, {"worker_id": self.cfg.worker_id, "queues": self.queues})
+            return [row[0] for row in cur.fetchall()]
 
-    def set_drain(self, drain: bool) -> None:
-        """Follow the Coordinator's word on draining; log each change once."""
-        if drain and not self.drain.is_set():
-            self.drain.set()
-            log.info("Drained by the Coordinator: finishing %s, taking no new task from %s "
-                     "until undrained", "the task held" if self.in_flight else "nothing held",
-                     ", ".join(self.queues))
-        elif not drain and self.drain.is_set():
-            self.drain.clear()
-            self.drained = False
-            log.info("Undrained by the Coordinator: taking tasks from %s again",
-                     ", ".join(self.queues))
-
-    def heartbeat_loop(self) -> None:
-        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/heartbeat"
-        outage: str | None = None
-        warned_duplicate = False
-        # Runs until the goodbye, so heartbeats continue while a SIGTERM drains.
-        while True:
-            self.beat_now.wait(self.heartbeat_interval)
-            self.beat_now.clear()
-            if self.heartbeats_over.is_set():
-                return
-            self.keep_lock()
-            body = {
-                "instance_id": self.instance_id, "pid": os.getpid(),
-                "in_flight": self.in_flight, "db_write_failures": self.db_write_failures,
-                "last_error": self.last_error,
-                # only a Coordinator that drains knows the field
-                **({"drained": self.drained} if self.drain.is_set() else {}),
-            }
-            try:
-                if self.heartbeats_over.is_set():
-                    return
-                response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
-                if response.status_code == 404:
-                    log.info("Coordinator does not know %s; registering again",
-                             self.cfg.worker_id)
-                    self.register()
-                    continue
-                if response.status_code != 200:
-                    raise requests.RequestException(
-                        f"HTTP {response.status_code} {error_text(response)}")
-                answer = response.json()
-                duplicate = isinstance(answer, dict) and bool(answer.get("duplicate"))
-                self.set_drain(isinstance(answer, dict) and bool(answer.get("drain")))
-            except (OSError, CheckFailed, ValueError) as error:  # OSError: requests' too
-                if outage is None:
-                    outage = one_line(error)
-                    log.warning("Heartbeat to %s failed (%s); still processing tasks, "
-                                "retrying every %gs", self.cfg.coordinator_url, outage,
-                                self.heartbeat_interval)
-                continue
-            if outage is not None:
-                log.info("Heartbeat to %s works again", self.cfg.coordinator_url)
-                outage = None
-            if duplicate and not warned_duplicate:
-                log.warning("The Coordinator sees another live instance of %s: stop the "
-                            "extra copy", self.cfg.worker_id)
-            warned_duplicate = duplicate
-
-    def goodbye(self) -> None:
-        """Tell the Coordinator this process stops, so its registry lists the worker as
-        stopped at once instead of alive until the heartbeat TTL runs out. Best effort: a
-        Coordinator that does not answer learns it from the missing heartbeats."""
-        self.heartbeats_over.set()
-        self.beat_now.set()
-        if self.heartbeat_thread.is_alive():
-            self.heartbeat_thread.join(self.cfg.coordinator_timeout + 1)
-        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/deregister"
-        try:
-            response = self.http.post(url, json={"instance_id": self.instance_id},
-                                      timeout=self.cfg.coordinator_timeout)
-        except OSError as error:  # requests' errors are OSErrors too
-            log.warning("Could not deregister from %s (%s); it marks %s dead after the "
-                        "heartbeat TTL", self.cfg.coordinator_url, one_line(error),
-                        self.cfg.worker_id)
-            return
-        if response.status_code == 200:
-            log.info("Deregistered %s from %s", self.cfg.worker_id, self.cfg.coordinator_url)
-        else:
-            log.warning("Deregistering from %s answered HTTP %s %s", self.cfg.coordinator_url,
-                        response.status_code, error_text(response))
-
-    # -- processing -------------------------------------------------------------------------
-    def run(self) -> int:
-        log.info("Waiting on queues %s", self.queues)
-        redis_outage = False
-        while not self.stopping.is_set():
-            try:
-                task_id = self.next_task_id()
-            except redis.RedisError as error:
-                self.processing_empty = False  # a BLMOVE may have moved an id, then failed
-                if not redis_outage:
-                    log.error("Redis at %s:%s failed (%s); retrying", self.cfg.redis_host,
-                              self.cfg.redis_port, one_line(error))
-                    redis_outage = True
-                self.stopping.wait(2)
-                continue
-            if redis_outage:
-                log.info("Redis works again")
-                redis_outage = False
-            if task_id is not None:
-                self.handle(task_id)
-        self.goodbye()
-        log.info("Stopped (exit code %d)", self.exit_code)
-        return self.exit_code
-
-    def next_task_id(self) -> str | None:
-        """An id left in our processing list first (a previous run or a lost LREM); while
-        drained, nothing else."""
-        if not self.processing_empty:
-            left = self.redis.lindex(self.processing, -1)
-            if left is not None:
-                log.info("Task %s is in %s from before; finishing it", left, self.processing)
-                return left
-            self.processing_empty = True
-        if self.drain.is_set():
-            if not self.drained:
-                self.drained = True
-                log.info("Drained: holding no task, taking none until undrained")
-                self.beat_now.set()  # say so now, not at the next interval
-            self.stopping.wait(TAKE_BLOCK_SECONDS)
-            return None
-        for queue in self.queues:
-            task_id = self.redis.blmove(queue, self.processing, TAKE_BLOCK_SECONDS,
-                                        "RIGHT", "LEFT")
-            if task_id is not None:
-                return task_id
-        if self.hint_allowed:
-            try:
-                self.follow_drain_hint(self.redis.exists(self.drain_hint))
-            except redis.exceptions.NoPermissionError as error:
-                self.drain_hint_refused(error)
-        return None
-
-    def follow_drain_hint(self, hinted: object) -> None:
-        """A drain hint: heartbeat now, and so take the drain from the answer at once."""
-        if not hinted or self.drain.is_set():
-            return
-        now = time.monotonic()
-        if now - self.hint_beat_at >= HINT_BEAT_SECONDS:
-            self.hint_beat_at = now
-            self.beat_now.set()
-
-    def drain_hint_refused(self, error: redis.RedisError) -> None:
-        self.hint_allowed = False
-        log.warning("Redis refused to read %s (%s): its ACL predates drain hints (run "
-                    "site.yml); a drain reaches this worker with its next heartbeat",
-                    self.drain_hint, one_line(error))
-
-    def handle(self, task_id: str) -> None:
-        self.in_flight = 1
-        try:
-            try:
-                uuid.UUID(task_id)
-            except ValueError:
-                log.error("Dropping %r from %s: not a task id", task_id, self.processing)
-            else:
-                task = self.with_db_retry("claim", task_id, lambda: self.claim(task_id))
-                if task is not None:
-                    outcome = self.execute_guarded(task)
-                    self.with_db_retry("result write", task_id,
-                                       lambda: self.write_result(task, outcome))
-            self.forget(task_id)
-        finally:
-            self.in_flight = 0
-
-    def execute_guarded(self, task: Task) -> Outcome:
-        """A bug in the work must fail the task, not crash-loop the worker on the same id."""
-        try:
-            return self.execute(task)
-        except Exception as error:
-            log.exception("Task %s: unexpected error", task.id)
-            return Outcome("failed", error=f"{self.program} internal error: "
-                                           f"{one_line(error)}; see the worker's log")
-
-    def with_db_retry(self, what: str, task_id: str, action: Callable[[], T]) -> T:
+    def with_retry(self, what: str, task_id: str, processing: str,
+                   action: Callable[[], T]) -> T:
         """Retry until PostgreSQL takes it, reconnecting; every failure is logged and counted
         for the heartbeat. The id stays in the processing list meanwhile."""
         delay = 0.5
@@ -801,13 +443,13 @@ class Worker:
         while True:
             try:
                 if self.db is None or self.db.closed:
-                    self.db = self.connect_db()
+                    self.db = self.connect()
                 return action()
             except psycopg2.Error as error:
                 self.db_write_failures += 1
                 self.last_error = f"{what} of task {task_id} failed: {one_line(error)}"
                 log.error("%s (attempt %d); task stays in %s, retrying in %gs",
-                          self.last_error, attempt, self.processing, delay)
+                          self.last_error, attempt, processing, delay)
                 if self.db is not None:
                     self.db.close()
                     self.db = None
@@ -838,12 +480,13 @@ class Worker:
                      state[0], state[1] or "none")
         return None
 
-    def write_result(self, task: Task, outcome: Outcome) -> None:
+    def write_result(self, task: Task, outcome: Outcome, worker: str) -> None:
+        """``worker`` is what the result puts in tasks.worker."""
         with self.db.cursor() as cur:
             cur.execute(SQL.RESULT, {
                 "id": task.id, "claim": task.claim, "status": outcome.status,
                 "result": outcome.result, "error": outcome.error,
-                "fallback": outcome.fallback, "worker": self.result_worker(),
+                "fallback": outcome.fallback, "worker": worker,
                 "answered_model": outcome.answered_model,
             })
             written = cur.rowcount == 1
@@ -854,6 +497,502 @@ class Worker:
         else:
             log.warning("Task %s: result not written, the claim was lost (the Reaper or "
                         "another worker moved it on)", task.id)
+
+
+# --- the start-up checks ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One start-up check as `--check --json` reports it."""
+
+    name: str
+    ok: bool
+    message: str  # its `<Backend> OK (...)` line, or the one line saying what failed and why
+
+
+def check_report(results: list[CheckResult], secrets: list[str]) -> str:
+    """`--check --json`: one JSON object, the failed check's line first ("" when all
+    passed), then every check run, in order; no secret in it, as in the log."""
+    failed = [result.message for result in results if not result.ok]
+    checks = [{**asdict(result), "message": masked(result.message, secrets)}
+              for result in results]
+    return json.dumps({"error": masked(failed[0], secrets) if failed else "",
+                       "checks": checks})
+
+
+#: A named check: it returns the line it logs when it passes, or raises CheckFailed.
+Check = tuple[str, Callable[[], str]]
+
+
+class StartupChecks:
+    """The checks a worker runs before it takes anything, in the order they are logged:
+    Redis (every key the loop uses), PostgreSQL (the login and a write to `tasks`), then the
+    worker's own backends. `--check` runs only these; `results` is what passed and the one
+    that failed."""
+
+    def __init__(self, cfg: BaseConfig, rds: redis.Redis, store: TaskStore, keys: list[str],
+                 backends: list[Check]) -> None:
+        self.cfg = cfg
+        self.redis = rds
+        self.store = store
+        self.keys = keys
+        self.checks: list[Check] = [("redis", self.check_redis),
+                                    ("postgresql", self.check_postgres), *backends]
+        self.results: list[CheckResult] = []
+
+    def run(self) -> None:
+        """Every check in order; the first failure stops them (CheckFailed)."""
+        for name, check in self.checks:
+            try:
+                message = check()
+            except CheckFailed as error:
+                self.results.append(CheckResult(name, False, str(error)))
+                raise
+            log.info("%s", message)
+            self.results.append(CheckResult(name, True, message))
+
+    def check_redis(self) -> str:
+        address = f"{self.cfg.redis_host}:{self.cfg.redis_port}"
+        user = self.cfg.redis_username or "default"
+        try:
+            self.redis.ping()
+            # Every key the loop uses, so a user without them fails here, not at the first
+            # task (LLEN is read-only).
+            for key in self.keys:
+                self.redis.llen(key)
+        except redis.AuthenticationError as error:
+            raise CheckFailed(
+                f"Redis check FAILED at {address}: user '{user}' refused: {one_line(error)}; "
+                "fix: check REDIS_USERNAME and REDIS_PASSWORD (the worker role derives them "
+                "for this host, worker_<host>, from worker_redis_password_key; run site.yml "
+                "so the redis role has the same user)"
+            ) from None
+        except redis.exceptions.NoPermissionError as error:
+            raise CheckFailed(
+                f"Redis check FAILED at {address}: user '{user}' may not use its keys: "
+                f"{one_line(error)}; fix: run site.yml (or migrate-web.yml for a web worker) "
+                "so the redis role grants this host's user its workers' queues and "
+                "processing lists"
+            ) from None
+        except redis.RedisError as error:
+            text = one_line(error)
+            tls_problem = redis_tls_problem(text, self.cfg.redis_ca_file)
+            local_network = local_network_hint(text, platform.system(), base_interpreter())
+            if local_network:
+                fix = f"fix: {local_network}"
+            elif tls_problem:
+                fix = f"fix: {tls_problem}"
+            elif "AUTH" in text and "without any password configured" in text:
+                fix = "fix: this Redis has no password; unset REDIS_PASSWORD"
+            else:
+                fix = ("fix: check REDIS_HOST/REDIS_PORT, and in redis.conf on that host `bind` "
+                       "(must include its LAN address) and `protected-mode`, and the firewall")
+            raise CheckFailed(f"Redis check FAILED at {address}: {text}; {fix}") from None
+        transport = (f"TLS, certificate from {self.cfg.redis_ca_file}" if self.cfg.redis_ca_file
+                     else "plain TCP")
+        return f"Redis OK ({address}, {transport})"
+
+    def check_postgres(self) -> str:
+        """The login and a write to `tasks`; the connection becomes the store's."""
+        where = masked_dsn(self.cfg.pg_dsn)
+        try:
+            conn = self.store.connect()
+        except psycopg2.Error as error:
+            text = one_line(error)
+            local_network = local_network_hint(text, platform.system(), base_interpreter())
+            hint = (f"fix: {local_network}" if local_network
+                    else postgres_login_hint(text, self.cfg.pg_dsn, self.cfg.worker_host))
+            raise CheckFailed(f"PostgreSQL check FAILED at {where}: login refused: {text}; "
+                              f"{hint}") from None
+        try:
+            with conn.cursor() as cur:
+                cur.execute(SQL.WRITE_CHECK)
+        except psycopg2.errors.UndefinedTable:
+            raise CheckFailed(f"PostgreSQL check FAILED at {where}: there is no tasks table; "
+                              "fix: start the Coordinator once, it creates the schema") from None
+        except psycopg2.errors.InsufficientPrivilege as error:
+            raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
+                              f"table: {one_line(error)}; fix: GRANT {WORKER_DB_GROUP} TO "
+                              f"{conn.info.user}, as site.yml does for each worker host's "
+                              "login") from None
+        except psycopg2.Error as error:
+            raise CheckFailed(f"PostgreSQL check FAILED at {where}: cannot write the tasks "
+                              f"table: {one_line(error)}") from None
+        finally:
+            conn.rollback()
+        self.store.db = conn
+        return f"PostgreSQL OK ({where}, can write tasks)"
+
+
+
+# --- the Coordinator client ---------------------------------------------------------------
+
+class CoordinatorClient:
+    """The worker's side of the Coordinator's API: its registration, the heartbeats (a thread
+    that runs until the goodbye) with the drain they answer, and the goodbye at exit.
+
+    ``registration`` gives the body of a registration, ``status`` the worker's part of a
+    heartbeat (in_flight, db_write_failures, last_error), ``before_beat`` runs before each
+    heartbeat (the worker keeps its lock there)."""
+
+    def __init__(self, cfg: BaseConfig, instance_id: str, queues: list[str],
+                 registration: Callable[[], dict[str, Any]],
+                 status: Callable[[], dict[str, Any]], before_beat: Callable[[], None]) -> None:
+        self.cfg = cfg
+        self.instance_id = instance_id
+        self.queues = queues
+        self.registration = registration
+        self.status = status
+        self.before_beat = before_beat
+        self.http = requests.Session()
+        if cfg.coordinator_ca_file:
+            self.http.verify = cfg.coordinator_ca_file
+        if cfg.coordinator_token:
+            self.http.headers["Authorization"] = f"Bearer {cfg.coordinator_token}"
+        self.heartbeat_interval = 10.0
+        self.heartbeat_thread = threading.Thread(target=self.heartbeat_loop, name="heartbeat",
+                                                 daemon=True)
+        # Set once the worker says goodbye: no heartbeat may follow it.
+        self.heartbeats_over = threading.Event()
+        # Wakes the heartbeat thread before its interval (a drain just finished, goodbye).
+        self.beat_now = threading.Event()
+        # Set while the Coordinator says the worker is drained (register and heartbeat
+        # answers); `drained` once it also holds no task, which the next heartbeat reports.
+        self.drain = threading.Event()
+        self.drained = False
+        self.hint_beat_at = 0.0
+
+    def register(self) -> None:
+        url = f"{self.cfg.coordinator_url}/workers/register"
+        body = self.registration()
+        try:
+            response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
+        except OSError as error:  # requests' errors, and its OSError for a missing CA file
+            text = one_line(error)
+            fix = (local_network_hint(text, platform.system(), base_interpreter())
+                   or coordinator_tls_problem(self.cfg.coordinator_url, repr(error),
+                                              self.cfg.coordinator_ca_file)
+                   or "check COORDINATOR_URL and that the Coordinator runs")
+            raise CheckFailed(f"Coordinator check FAILED: not reachable at "
+                              f"{self.cfg.coordinator_url} ({text}); fix: {fix}") from None
+        if response.status_code == 401:
+            raise CheckFailed(f"Coordinator check FAILED at {self.cfg.coordinator_url}: 401, "
+                              "fix: set COORDINATOR_TOKEN to the Coordinator's token")
+        if response.status_code != 200:
+            raise CheckFailed(f"Coordinator check FAILED at {url}: HTTP {response.status_code} "
+                              f"{error_text(response)}")
+        answer = response.json()
+        self.heartbeat_interval = float(answer["heartbeat_interval"])
+        log.info("register: %s as %s worker on %s at %s (v%s, heartbeat every %gs)",
+                 self.cfg.worker_id, body["kind"], self.queues, self.cfg.coordinator_url,
+                 body["version"], self.heartbeat_interval)
+        self.set_drain(bool(answer.get("drain")))
+
+    def start_heartbeats(self) -> None:
+        self.heartbeat_thread.start()
+
+    def set_drain(self, drain: bool) -> None:
+        """Follow the Coordinator's word on draining; log each change once."""
+        if drain and not self.drain.is_set():
+            self.drain.set()
+            log.info("Drained by the Coordinator: finishing %s, taking no new task from %s "
+                     "until undrained",
+                     "the task held" if self.status()["in_flight"] else "nothing held",
+                     ", ".join(self.queues))
+        elif not drain and self.drain.is_set():
+            self.drain.clear()
+            self.drained = False
+            log.info("Undrained by the Coordinator: taking tasks from %s again",
+                     ", ".join(self.queues))
+
+    def report_drained(self) -> None:
+        """The worker holds no task while drained: say so now, not at the next interval."""
+        self.drained = True
+        self.beat_now.set()
+
+    def drain_hinted(self) -> None:
+        """The Coordinator's drain hint is in Redis: heartbeat now (at most every
+        HINT_BEAT_SECONDS), and so take the drain from the answer at once."""
+        if self.drain.is_set():
+            return
+        now = time.monotonic()
+        if now - self.hint_beat_at >= HINT_BEAT_SECONDS:
+            self.hint_beat_at = now
+            self.beat_now.set()
+
+    def heartbeat_loop(self) -> None:
+        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/heartbeat"
+        outage: str | None = None
+        warned_duplicate = False
+        # Runs until the goodbye, so heartbeats continue while a SIGTERM drains.
+        while True:
+            self.beat_now.wait(self.heartbeat_interval)
+            self.beat_now.clear()
+            if self.heartbeats_over.is_set():
+                return
+            self.before_beat()
+            body = {
+                "instance_id": self.instance_id, "pid": os.getpid(), **self.status(),
+                # only a Coordinator that drains knows the field
+                **({"drained": self.drained} if self.drain.is_set() else {}),
+            }
+            try:
+                if self.heartbeats_over.is_set():
+                    return
+                duplicate = self.beat(url, body)
+                if duplicate is None:
+                    continue
+            except (OSError, CheckFailed, ValueError) as error:  # OSError: requests' too
+                if outage is None:
+                    outage = one_line(error)
+                    log.warning("Heartbeat to %s failed (%s); still processing tasks, "
+                                "retrying every %gs", self.cfg.coordinator_url, outage,
+                                self.heartbeat_interval)
+                continue
+            if outage is not None:
+                log.info("Heartbeat to %s works again", self.cfg.coordinator_url)
+                outage = None
+            if duplicate and not warned_duplicate:
+                log.warning("The Coordinator sees another live instance of %s: stop the "
+                            "extra copy", self.cfg.worker_id)
+            warned_duplicate = duplicate
+
+    def beat(self, url: str, body: dict[str, Any]) -> bool | None:
+        """One heartbeat, following the drain it answers; whether the Coordinator sees
+        another live instance, None when it did not know the worker, which registered
+        again."""
+        response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
+        if response.status_code == 404:
+            log.info("Coordinator does not know %s; registering again", self.cfg.worker_id)
+            self.register()
+            return None
+        if response.status_code != 200:
+            raise requests.RequestException(
+                f"HTTP {response.status_code} {error_text(response)}")
+        answer = response.json()
+        self.set_drain(isinstance(answer, dict) and bool(answer.get("drain")))
+        return isinstance(answer, dict) and bool(answer.get("duplicate"))
+
+    def goodbye(self) -> None:
+        """Tell the Coordinator this process stops, so its registry lists the worker as
+        stopped at once instead of alive until the heartbeat TTL runs out. Best effort: a
+        Coordinator that does not answer learns it from the missing heartbeats."""
+        self.heartbeats_over.set()
+        self.beat_now.set()
+        if self.heartbeat_thread.is_alive():
+            self.heartbeat_thread.join(self.cfg.coordinator_timeout + 1)
+        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/deregister"
+        try:
+            response = self.http.post(url, json={"instance_id": self.instance_id},
+                                      timeout=self.cfg.coordinator_timeout)
+        except OSError as error:  # requests' errors are OSErrors too
+            log.warning("Could not deregister from %s (%s); it marks %s dead after the "
+                        "heartbeat TTL", self.cfg.coordinator_url, one_line(error),
+                        self.cfg.worker_id)
+            return
+        if response.status_code == 200:
+            log.info("Deregistered %s from %s", self.cfg.worker_id, self.cfg.coordinator_url)
+        else:
+            log.warning("Deregistering from %s answered HTTP %s %s", self.cfg.coordinator_url,
+                        response.status_code, error_text(response))
+
+
+# --- the worker: the loop -----------------------------------------------------------------
+
+class Worker:
+    """One worker process: the loop that takes task ids from Redis and runs each through the
+    task store (claim, work, result), with its start-up checks and its Coordinator client.
+    Subclasses fill in the class attributes and the hooks below."""
+
+    program: ClassVar[str]  # first word of application_name, e.g. "worker_infer"
+    title: ClassVar[str]  # banner: "<title> starting (v<version>)."
+    kind: ClassVar[str]
+    version: ClassVar[str]
+
+    def __init__(self, cfg: BaseConfig) -> None:
+        self.cfg = cfg
+        self.processing = processing_list(cfg.worker_id)
+        self.redis = redis.Redis(
+            host=cfg.redis_host, port=cfg.redis_port, username=cfg.redis_username,
+            password=cfg.redis_password, socket_connect_timeout=5,
+            socket_timeout=TAKE_BLOCK_SECONDS + 10, decode_responses=True,
+            # One immediate reconnect (an idle connection the server closed); longer outages
+            # are the worker's own loop, which logs them once.
+            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
+            **redis_tls_options(cfg.redis_ca_file),
+        )
+        self.store = TaskStore(cfg, self.program, self.queues)
+        self.checks = StartupChecks(cfg, self.redis, self.store,
+                                    [*self.queues, self.processing], self.backend_checks())
+        self.coordinator = CoordinatorClient(cfg, str(uuid.uuid4()), self.queues,
+                                             self.registration, self.status, self.keep_lock)
+        # The Coordinator's hint of a drain (coordinator_contract.drain_hint), looked at
+        # between two takes; off once Redis refuses it (an ACL from before the hints).
+        self.drain_hint = drain_hint(cfg.worker_id)
+        self.hint_allowed = True
+        self.stopping = threading.Event()
+        self.exit_code = 0
+        self.in_flight = 0
+        # Set once an LLEN saw our processing list empty: only then may the loop take a new
+        # id without looking in the list first (one round trip less per task).
+        self.processing_empty = False
+
+    # -- hooks ------------------------------------------------------------------------------
+    @property
+    def queues(self) -> list[str]:
+        raise NotImplementedError
+
+    def backend_checks(self) -> list[Check]:
+        """The checks of what the work needs, after Redis and PostgreSQL, in order."""
+        return []
+
+    def registration_extra(self) -> dict[str, Any]:
+        """Kind-specific fields of the registration body: a worker of a shared queue names
+        it (the web worker its model too); an inference worker sends its device and models
+        instead (the Coordinator derives its queue, tasks:<device>:<worker_id>, from them)."""
+        return {"queues": self.queues}
+
+    def execute(self, task: Task) -> Outcome:
+        raise NotImplementedError
+
+    def result_worker(self) -> str:
+        """What the result write puts in tasks.worker."""
+        return self.cfg.worker_id
+
+    # -- what the Coordinator is told -------------------------------------------------------
+    def registration(self) -> dict[str, Any]:
+        return {
+            "worker_id": self.cfg.worker_id, "host": self.cfg.worker_host, "kind": self.kind,
+            "version": self.version, "pid": os.getpid(),
+            "instance_id": self.coordinator.instance_id,
+            "os": f"{platform.system()} {platform.release()}".strip(),
+            **self.registration_extra(),
+        }
+
+    def status(self) -> dict[str, Any]:
+        return {"in_flight": self.in_flight, "db_write_failures": self.store.db_write_failures,
+                "last_error": self.store.last_error}
+
+    def keep_lock(self) -> None:
+        """Before each heartbeat: the lock still held, else re-taken; lost to another process,
+        this one exits after its current task."""
+        try:
+            self.store.keep_lock(self.coordinator.heartbeat_interval)
+        except CheckFailed as error:
+            log.error("%s; exiting after the current task", error)
+            self.exit_code = 1
+            self.stopping.set()
+
+    # -- start-up ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.checks.run()
+        self.store.take_lock()
+        self.adopt_running()
+        leftovers = self.redis.llen(self.processing)
+        if leftovers:
+            log.info("%s holds %d task(s) from a previous run; finishing them first",
+                     self.processing, leftovers)
+        self.coordinator.register()
+        self.coordinator.start_heartbeats()
+
+    def adopt_running(self) -> None:
+        """A task `running` under this worker id but missing from our processing list was
+        claimed by an earlier process that died after Redis lost the list (restarted or
+        flushed). Only this process (it holds the lock) can finish it, so list it again."""
+        for task_id in self.store.running():
+            if self.redis.lpos(self.processing, task_id) is None:
+                log.warning("Task %s is running under %s but missing from %s (Redis lost "
+                            "it); finishing it", task_id, self.cfg.worker_id, self.processing)
+                self.redis.rpush(self.processing, task_id)
+
+    # -- processing -------------------------------------------------------------------------
+    def run(self) -> int:
+        log.info("Waiting on queues %s", self.queues)
+        redis_outage = False
+        while not self.stopping.is_set():
+            try:
+                task_id = self.next_task_id()
+            except redis.RedisError as error:
+                self.processing_empty = False  # a BLMOVE may have moved an id, then failed
+                if not redis_outage:
+                    log.error("Redis at %s:%s failed (%s); retrying", self.cfg.redis_host,
+                              self.cfg.redis_port, one_line(error))
+                    redis_outage = True
+                self.stopping.wait(2)
+                continue
+            if redis_outage:
+                log.info("Redis works again")
+                redis_outage = False
+            if task_id is not None:
+                self.handle(task_id)
+        self.coordinator.goodbye()
+        log.info("Stopped (exit code %d)", self.exit_code)
+        return self.exit_code
+
+    def next_task_id(self) -> str | None:
+        """An id left in our processing list first (a previous run or a lost LREM); while
+        drained, nothing else."""
+        if not self.processing_empty:
+            left = self.redis.lindex(self.processing, -1)
+            if left is not None:
+                log.info("Task %s is in %s from before; finishing it", left, self.processing)
+                return left
+            self.processing_empty = True
+        if self.coordinator.drain.is_set():
+            if not self.coordinator.drained:
+                log.info("Drained: holding no task, taking none until undrained")
+                self.coordinator.report_drained()
+            self.stopping.wait(TAKE_BLOCK_SECONDS)
+            return None
+        for queue in self.queues:
+            task_id = self.redis.blmove(queue, self.processing, TAKE_BLOCK_SECONDS,
+                                        "RIGHT", "LEFT")
+            if task_id is not None:
+                return task_id
+        if self.hint_allowed:
+            try:
+                self.follow_drain_hint(self.redis.exists(self.drain_hint))
+            except redis.exceptions.NoPermissionError as error:
+                self.drain_hint_refused(error)
+        return None
+
+    def follow_drain_hint(self, hinted: object) -> None:
+        if hinted:
+            self.coordinator.drain_hinted()
+
+    def drain_hint_refused(self, error: redis.RedisError) -> None:
+        self.hint_allowed = False
+        log.warning("Redis refused to read %s (%s): its ACL predates drain hints (run "
+                    "site.yml); a drain reaches this worker with its next heartbeat",
+                    self.drain_hint, one_line(error))
+
+    def handle(self, task_id: str) -> None:
+        self.in_flight = 1
+        try:
+            try:
+                uuid.UUID(task_id)
+            except ValueError:
+                log.error("Dropping %r from %s: not a task id", task_id, self.processing)
+            else:
+                task = self.store.with_retry("claim", task_id, self.processing,
+                                             lambda: self.store.claim(task_id))
+                if task is not None:
+                    outcome = self.execute_guarded(task)
+                    self.store.with_retry(
+                        "result write", task_id, self.processing,
+                        lambda: self.store.write_result(task, outcome, self.result_worker()))
+            self.forget(task_id)
+        finally:
+            self.in_flight = 0
+
+    def execute_guarded(self, task: Task) -> Outcome:
+        """A bug in the work must fail the task, not crash-loop the worker on the same id."""
+        try:
+            return self.execute(task)
+        except Exception as error:
+            log.exception("Task %s: unexpected error", task.id)
+            return Outcome("failed", error=f"{self.program} internal error: "
+                                           f"{one_line(error)}; see the worker's log")
 
     def forget(self, task_id: str) -> None:
         try:
@@ -890,7 +1029,7 @@ class Worker:
         time.sleep(self.cfg.shutdown_timeout)
         log.error("The current task did not finish within %gs; exiting, it stays in %s and "
                   "is finished at the next start", self.cfg.shutdown_timeout, self.processing)
-        self.goodbye()
+        self.coordinator.goodbye()
         logging.shutdown()
         os._exit(1)
 
@@ -915,7 +1054,10 @@ class OllamaWorker(Worker):
         host = urlparse(self.cfg.ollama_host).hostname
         return f"run `ollama pull {model}` on {self.cfg.worker_host if is_loopback(host) else host}"
 
-    def check_backends(self) -> None:
+    def backend_checks(self) -> list[Check]:
+        return [("ollama", self.check_ollama)]
+
+    def check_ollama(self) -> str:
         """Ollama answers and has OLLAMA_MODEL."""
         url, model = self.cfg.ollama_host, self.cfg.ollama_model
         try:
@@ -927,7 +1069,7 @@ class OllamaWorker(Worker):
             raise CheckFailed(f"Ollama check FAILED at {url}: model {model} is not there "
                               f"(it has: {', '.join(names) or 'none'}); fix: "
                               f"{self.pull_hint(model)}")
-        log.info("Ollama OK (%s, model %s present)", url, model)
+        return f"Ollama OK ({url}, model {model} present)"
 
     def ollama(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` (unstreamed) to the Ollama API at ``path``; its JSON answer, or
@@ -973,32 +1115,54 @@ def main(worker_class: type[Worker], config_class: type[BaseConfig],
     parser.add_argument("--check", action="store_true",
                         help="run the start-up checks with this environment and exit: 0 when "
                              "all pass (nothing is registered, no task is taken)")
+    parser.add_argument("--json", action="store_true",
+                        help="with --check: print the checks' results as one JSON object "
+                             "({error, checks: [{name, ok, message}]}) on standard output")
     parser.add_argument("--env-stdin", action="store_true",
                         help="read NAME=value lines from standard input over the environment "
                              "(keeps secrets off command lines that tools print)")
     args = parser.parse_args(argv)
+    if args.json and not args.check:
+        parser.error("--json goes with --check")
     if args.version:
         print(worker_class.version)
         return 0
     if args.env_stdin:
         os.environ.update(env_lines(sys.stdin.read()))
-    setup_logging(env_secrets(os.environ))
+    secrets = env_secrets(os.environ)
+    setup_logging(secrets)
     log.info("%s starting (v%s).", worker_class.title, worker_class.version)
     try:
         cfg = config_class.from_env(os.environ)
     except ConfigError as error:
         log.error("%s", error)
+        if args.json:
+            print(check_report([CheckResult("configuration", False, str(error))], secrets))
         return 2
     worker = worker_class(cfg)
     signal.signal(signal.SIGTERM, worker.on_signal)
     signal.signal(signal.SIGINT, worker.on_signal)
+    if args.check:
+        return check_only(worker, secrets if args.json else None)
     try:
-        if args.check:
-            worker.check()
-            log.info("All start-up checks passed (--check: not registering, taking no task).")
-            return 0
         worker.start()
     except CheckFailed as error:
         log.error("%s", error)
         return 1
     return worker.run()
+
+
+def check_only(worker: Worker, json_secrets: list[str] | None) -> int:
+    """`--check`: the start-up checks alone; with `--json` (``json_secrets``, the values to
+    keep out of it) their results are printed as one JSON object too."""
+    try:
+        worker.checks.run()
+    except CheckFailed as error:
+        log.error("%s", error)
+        code = 1
+    else:
+        log.info("All start-up checks passed (--check: not registering, taking no task).")
+        code = 0
+    if json_secrets is not None:
+        print(check_report(worker.checks.results, json_secrets))
+    return code

@@ -89,14 +89,15 @@ class WebWorker(base.OllamaWorker):
         # the web worker (migrate-web.yml) must keep, whatever the inventory names now.
         return {**super().registration_extra(), "models": [self.cfg.ollama_model]}
 
-    def check_backends(self) -> None:
-        url = self.cfg.searxng_url
+    def backend_checks(self) -> list[base.Check]:
+        return [("searxng", self.check_searxng), *super().backend_checks()]
+
+    def check_searxng(self) -> str:
         try:
             self.search("coordinator")
         except SearchError as error:
             raise base.CheckFailed(f"SearXNG check FAILED: {error}") from None
-        base.log.info("SearXNG OK (%s, JSON API)", url)
-        super().check_backends()
+        return f"SearXNG OK ({self.cfg.searxng_url}, JSON API)"
 
     def result_worker(self) -> str:
         # tasks.worker gets this literal, never the host (docs/design.md).

@@ -91,21 +91,21 @@ def worker() -> worker_web.WebWorker:
 
 def test_redis_denied_names_local_network_not_bind(denied, worker):
     with pytest.raises(base.CheckFailed) as failed:
-        worker.check_redis()
+        worker.checks.check_redis()
     assert str(failed.value) == (
         f"Redis check FAILED at {LAN}:6379: Error {errno.EHOSTUNREACH} connecting to "
         f"{LAN}:6379. {UNREACHABLE}.; {hint(base.base_interpreter())}")
 
 
 def test_postgresql_denied_names_local_network(denied, worker, monkeypatch):
-    def connect_db(options: str | None = None) -> None:
+    def connect(options: str | None = None) -> None:
         raise psycopg2.OperationalError(
             f'connection to server at "{LAN}", port 5432 failed: {UNREACHABLE}\n'
             "\tIs the server running on that host and accepting TCP/IP connections?\n")
 
-    monkeypatch.setattr(worker, "connect_db", connect_db)
+    monkeypatch.setattr(worker.store, "connect", connect)
     with pytest.raises(base.CheckFailed) as failed:
-        worker.check_postgres()
+        worker.checks.check_postgres()
     assert str(failed.value) == (
         f"PostgreSQL check FAILED at host={LAN} dbname=coordinator user=worker_mac "
         f'password=***: login refused: connection to server at "{LAN}", port 5432 failed: '
@@ -115,7 +115,7 @@ def test_postgresql_denied_names_local_network(denied, worker, monkeypatch):
 
 def test_the_coordinator_denied_names_local_network(denied, worker):
     with pytest.raises(base.CheckFailed) as failed:
-        worker.register()
+        worker.coordinator.register()
     message = str(failed.value)
     assert message.startswith(f"Coordinator check FAILED: not reachable at http://{LAN}:8000 (")
     assert message.endswith(f"); {hint(base.base_interpreter())}")
