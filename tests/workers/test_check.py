@@ -3,6 +3,7 @@ host before anything changes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 
 from lab import throwaway
 from lab.throwaway import ThrowawayRedis
+from tests.roles.conftest import HERE as ROLE_TESTS
+from tests.roles.conftest import run as run_playbook
 
 from .conftest import FILES, PYTHON
 from .test_web import START_LINES, line_index
@@ -41,6 +44,84 @@ def test_check_fails_with_the_checks_message(web_env, redis_server):
         "REDIS_USERNAME and REDIS_PASSWORD (the worker role derives them for this host, "
         "worker_<host>, from worker_redis_password_key; run site.yml so the redis role has "
         "the same user)")
+
+
+def _check_json(env, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    done = subprocess.run([PYTHON, str(FILES / "worker_web.py"), "--check", "--json", *extra],
+                          env=env, capture_output=True, text=True, timeout=60)
+    return done, json.loads(done.stdout)
+
+
+def test_check_json_reports_every_check_passed(web_env, searxng, ollama, coordinator):
+    done, report = _check_json(web_env)
+    assert done.returncode == 0, done.stderr
+    assert report["error"] == ""
+    assert [(check["name"], check["ok"]) for check in report["checks"]] == [
+        ("redis", True), ("postgresql", True), ("searxng", True), ("ollama", True)]
+    # Each message is the check's own log line.
+    passed = [line.split(" INFO ", 1)[1] for line in done.stderr.splitlines() if " OK (" in line]
+    assert [check["message"] for check in report["checks"]] == passed
+    assert report["checks"][2]["message"] == f"SearXNG OK ({searxng.url}, JSON API)"
+    assert coordinator.worker(web_env["WORKER_ID"]) is None
+
+
+def test_check_json_puts_the_failed_checks_line_first_and_stops_there(web_env, pg):
+    done, report = _check_json({**web_env, "PG_DSN": pg.dsn.replace("dbname=", "dbname=no_")})
+    assert done.returncode == 1
+    assert list(report) == ["error", "checks"]
+    assert report["error"].startswith("PostgreSQL check FAILED at ")
+    assert "login refused" in report["error"]
+    assert report["error"] == done.stderr.splitlines()[-1].split(" ERROR ", 1)[1]
+    assert [(check["name"], check["ok"]) for check in report["checks"]] == [
+        ("redis", True), ("postgresql", False)]
+    assert report["checks"][-1]["message"] == report["error"]
+    assert web_env["REDIS_PASSWORD"] not in done.stdout
+
+
+def test_check_json_reports_a_missing_variable_as_the_configuration_check(web_env):
+    done, report = _check_json({k: v for k, v in web_env.items() if k != "WORKER_ID"})
+    assert done.returncode == 2
+    message = ("missing required environment variable: WORKER_ID (see docs/workers.md)")
+    assert report == {"error": message,
+                      "checks": [{"name": "configuration", "ok": False, "message": message}]}
+
+
+def test_json_goes_with_check(web_env):
+    done = subprocess.run([PYTHON, str(FILES / "worker_web.py"), "--json"], env=web_env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith("error: --json goes with --check")
+
+
+def _role_check(tmp_path: Path, env: dict[str, str]) -> dict:
+    """What the worker role's check.yml publishes for a web worker with ``env``."""
+    report = tmp_path / "published.json"
+    values = {"worker__all": [{"name": "web", "kind": "web", "script": "worker_web.py"}],
+              "worker__envs": {"web": env}, "worker_venv_dir": str(Path(PYTHON).parents[1]),
+              "worker_app_dir": str(FILES), "check_report_path": str(report),
+              "ansible_python_interpreter": PYTHON}
+    done = run_playbook(["ansible-playbook", "-i", "localhost,",
+                         str(ROLE_TESTS / "playbooks" / "worker_check.yml"),
+                         "-e", json.dumps(values)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(report.read_text())
+
+
+def test_the_role_publishes_the_checks_passed_and_no_error(tmp_path, web_env, searxng):
+    published = _role_check(tmp_path, web_env)
+    assert published["error"] == ""
+    assert [line.split(" (")[0] for line in published["passed"]] == [
+        "Redis OK", "PostgreSQL OK", "SearXNG OK", "Ollama OK"]
+    assert f"SearXNG OK ({searxng.url}, JSON API)" in published["passed"]
+
+
+def test_the_role_publishes_the_failed_checks_line(tmp_path, web_env, redis_server):
+    published = _role_check(tmp_path, {**web_env, "REDIS_PASSWORD": "not-the-password"})
+    assert published == {"passed": [], "error": (
+        f"Redis check FAILED at 127.0.0.1:{redis_server.port}: user 'default' refused: "
+        "invalid username-password pair or user is disabled.; fix: check REDIS_USERNAME and "
+        "REDIS_PASSWORD (the worker role derives them for this host, worker_<host>, from "
+        "worker_redis_password_key; run site.yml so the redis role has the same user)")}
 
 
 def test_check_reads_the_environment_from_stdin(web_env, coordinator):
