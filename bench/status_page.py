@@ -16,10 +16,10 @@ other on one keep-alive connection, each page the status page serves most:
     /ui/task/<id>                  one task with its timeline
 
 and prints p50, p95 and max per page against the goal (p95 ≤ 300 ms at 10,000 rows). Then it
-prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every query those pages run (coordinator.queries,
-with the parameters the pages pass) and, for the task list, the generic plan too: the
-Coordinator's connections prepare a statement after 5 runs (psycopg), and PostgreSQL may
-then keep one plan for every filter. The figures in docs/benchmarks.md come from:
+prints ``EXPLAIN (ANALYZE, BUFFERS)`` of every query those pages run (coordinator_sql,
+coordinator.queries, with the parameters the pages pass) and, for the task list, the generic
+plan too: the Coordinator's connections prepare a statement after 5 runs (psycopg), and
+PostgreSQL may then keep one plan for every filter. The figures in docs/benchmarks.md come from:
 
     .venv/bin/python bench/status_page.py
 """

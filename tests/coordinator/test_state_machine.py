@@ -1,7 +1,7 @@
-"""The guarded state machine, run against PostgreSQL: the workers' transitions
-(coordinator_contract) and the Coordinator's (coordinator.statemachine). Every guard is
-tried with what it must refuse: a second claim, a stale claim's result, a second result,
-a re-queue or failure of a task that moved on."""
+"""The guarded state machine, run against PostgreSQL: the workers' transitions and the
+Coordinator's (coordinator_sql's statements, coordinator.statemachine's parameters). Every
+guard is tried with what it must refuse: a second claim, a stale claim's result, a second
+result, a re-queue or failure of a task that moved on."""
 
 from __future__ import annotations
 
