@@ -9,10 +9,14 @@ get answers, waits until every task is done, and reports tasks/s, p50/p99 of ``P
 /route`` (client side), p50/p99 of created→started (dispatch) and created→done from the
 tasks table's own timestamps, and the CPU time per task of each part (Coordinator, workers,
 PostgreSQL with its backends, Redis, this load generator; from /proc). Then a fixed-rate
-run (``--rate``, open loop) gives the dispatch latency at a steady load. The figures in
-docs/benchmarks.md come from:
+run (``--rate``, open loop) gives the dispatch latency at a steady load. A full run:
 
     .venv/bin/python bench/dispatch.py --tasks 5000 --rate 200 --rate-tasks 3000
+
+The figures in docs/benchmarks.md come from bench/regressions.py --runs 3 (which runs it with
+--workers 4 --tasks 2000 --warmup 300 --rate 200 --rate-tasks 1000) and from:
+
+    .venv/bin/python bench/dispatch.py --workers 4 --tasks 5000 --rate 0
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ at least the number of nodes. The script holds ``.lab/lab.lock`` while its conta
 exist and removes them and the network at the end, also on Ctrl-C or SIGTERM. The figures in
 docs/benchmarks.md come from:
 
-    .venv/bin/python bench/reprovision.py --nodes 3 --variants plain:3,nopipelining:1
+    .venv/bin/python bench/reprovision.py --nodes 3 9 --variants plain:3 \\
+        --scale-variants plain --scale-repeats 2
 
 (``--budget``: no new run starts after that many minutes; the table has what was measured.)
 """

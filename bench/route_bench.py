@@ -6,10 +6,13 @@ By default it starts everything itself: a throwaway PostgreSQL with durable sett
 coordinator`` from ``files/``. With ``--url`` it points at a running coordinator instead.
 
 C concurrent clients, each on one keep-alive HTTP/1.1 connection (a minimal asyncio client,
-so the load generator spends little CPU), send N requests in total and time each one. The
-figures in docs/benchmarks.md come from:
+so the load generator spends little CPU), send N requests in total and time each one. A full
+run:
 
     .venv/bin/python bench/route_bench.py --tasks 20000 --concurrency 64
+
+The figures in docs/benchmarks.md come from bench/regressions.py --runs 3, which runs it with
+--tasks 5000 --concurrency 64.
 """
 
 from __future__ import annotations

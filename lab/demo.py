@@ -19,12 +19,10 @@ being run, and the recap. Everything talks only to the lab's own containers.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,7 +31,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from lab import lab
+from lab import drive, lab
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_INVENTORY = REPO / "inventory" / "lab"
@@ -44,7 +42,7 @@ SEED_INVENTORY = REPO / ".lab" / "inventory-seed"
 MOVED_INVENTORY = REPO / ".lab" / "inventory-moved"
 LOG_DIR = REPO / ".lab" / "logs"
 PROMPT = "今日の東京の天気は？"
-SUMMARY_TASK = "11. Summary"  # the name of migrate-web.yml's summary task
+SUMMARY_FACT = "migrate_web_summary"  # the fact migrate-web.yml prints at its end
 BOLD, DIM, GREEN, RED, RESET = "\033[1m", "\033[2m", "\033[32m", "\033[31m", "\033[0m"
 
 
@@ -150,17 +148,20 @@ def write_inventory(target: Path, web_host: str) -> None:
 
 
 def migration_summary(log: str) -> list[str]:
-    """The lines of migrate-web.yml's summary task, from its output (YAML result format)."""
-    lines = log.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith(f"TASK [{SUMMARY_TASK}]")),
-                 None)
-    if start is None:
-        return [f"(no summary in the log: task {SUMMARY_TASK!r} did not run)"]
-    # "ok: [host] => " then the indented result, up to the blank line that ends the task.
-    ok = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("ok: ["))
-    block = list(itertools.takewhile(str.strip, lines[ok + 1:]))
-    result = yaml.safe_load(textwrap.dedent("\n".join(block)))
-    return [" ".join(str(line).split()) for line in result["msg"]]
+    """What migrate-web.yml's summary fact says, one line per item, from its output (the
+    answer left out: the demo shows both answers side by side)."""
+    summary = drive.printed_fact(log, SUMMARY_FACT)
+    if summary is None:
+        return [f"(no summary in the log: migrate-web.yml printed no {SUMMARY_FACT})"]
+    return [
+        f"task {summary['task_id']}: {summary['status']} in {summary['seconds']} s, processed by "
+        f"{summary['worker_host']} ({summary['worker_id']}), fallback {summary['fallback']}",
+        f"before: {', '.join(summary['before']) or 'no host'}",
+        f"after: {', '.join(summary['after'])}",
+        f"model: {summary['model']}",
+        f"registry: {summary['registry']}",
+        *summary["notes"],
+    ]
 
 
 def read_token() -> str:
@@ -205,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     step(5, "Move the web worker with migrate-web.yml")
     run_playbook("migrate-web.yml", MOVED_INVENTORY, "5-migrate-web")
     for line in migration_summary((LOG_DIR / "5-migrate-web.log").read_text()):
-        if not line.startswith("answer:"):  # the answers are shown side by side below
-            print(f"  {line}")
+        print(f"  {line}")
 
     step(6, "Route the same search again")
     after = route_search(url, token)

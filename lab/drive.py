@@ -17,12 +17,14 @@ Everything here talks only to the lab's own containers.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import plistlib
 import re
 import shutil
 import signal
 import subprocess
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -73,6 +75,21 @@ def inventory_copy(name: str, web_hosts: list[str], host_vars: dict[str, dict] |
     return target
 
 
+def printed_fact(output: str, name: str) -> dict | None:
+    """The fact ``name`` as a playbook last printed it (``ansible.builtin.debug: var: name``,
+    the YAML result format of ansible.cfg), or None when it printed none: the key line under
+    ``ok: [host] =>`` and the lines indented deeper below it (a warning Ansible prints on
+    stderr may follow them without a blank line)."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.rstrip() == f"    {name}:"]
+    if not starts:
+        return None
+    key = lines[starts[-1]]
+    value = itertools.takewhile(lambda line: line.startswith(" " * 8),
+                                lines[starts[-1] + 1:])
+    return yaml.safe_load(textwrap.dedent("\n".join([key, *value])))[name]
+
+
 @dataclass
 class Run:
     name: str
@@ -119,6 +136,13 @@ class Run:
                   and task.group(1) not in tasks):
                 tasks.append(task.group(1))
         return tasks
+
+    def fact(self, name: str) -> dict:
+        """A fact the run printed (``printed_fact``); a run that printed none fails the test
+        naming its log."""
+        printed = printed_fact(self.output, name)
+        assert printed is not None, f"{self.name} printed no {name}; see {self.log}"
+        return printed
 
     def unfolded(self) -> str:
         """The output with the YAML callback's line folding and quote doubling undone, for

@@ -99,6 +99,15 @@ class Cluster:
     def migrate(self, web_host: str, **kwargs: object) -> drive.Run:
         return self.playbooks.run("migrate-web.yml", self.inventory(web_host), **kwargs)
 
+    def assert_proven(self, run: drive.Run, web_host: str) -> dict:
+        """migrate-web.yml's summary: its test task done in PostgreSQL, without fallback, by
+        the web worker of ``web_host``, in some seconds. Returns the summary."""
+        summary = run.fact("migrate_web_summary")
+        assert (summary["status"], summary["fallback"], summary["worker_host"]) == (
+            "done", False, self.nodes[web_host].address), summary
+        assert isinstance(summary["seconds"], float) and summary["seconds"] >= 0, summary
+        return summary
+
     def assert_settled(self, outcome: drive.Outcome, web_host: str, failed_ok: int = 0) -> None:
         """No routed task lost, none failed beyond ``failed_ok`` (each with its reason), and
         exactly one web worker (``assert_one_web_worker``)."""

@@ -65,11 +65,13 @@ def test_check_mode_of_each_playbook_on_the_converged_cluster_changes_nothing(cl
 
     migrate = cluster.playbooks.run("migrate-web.yml", inventory, *CHECK)
     assert_no_change_and_true(migrate, hosts)
-    text = migrate.unfolded()
-    assert (f"check mode: would route a web_search task through {cluster.coordinator.url} "
-            "and require it done in PostgreSQL") in text
-    assert (f"registry: the Coordinator's registry lists 1 alive web worker serving tasks:web: "
-            f"web-worker-{OLD} on {OLD}") in text
+    summary = migrate.fact("migrate_web_summary")
+    assert summary["probe"].startswith(
+        f"check mode: would route a web_search task through {cluster.coordinator.url} "
+        "and require it done in PostgreSQL"), summary
+    assert summary["registry"].startswith(
+        f"the Coordinator's registry lists 1 alive web worker serving tasks:web: "
+        f"web-worker-{OLD} on {OLD}"), summary
 
     undrain = cluster.playbooks.run("drain.yml", inventory, *CHECK, "-e", f"drain_hosts={NEW}",
                                     "-e", "drain_state=undrained")
@@ -113,12 +115,14 @@ def test_a_move_checked_says_what_a_run_would_do_and_changes_nothing(cluster) ->
             "and wait until the Coordinator lists it alive") in text
     assert f"web-worker-{OLD} on {old_node.address} (alive, 0 in flight): would be drained now" in (
         text)
-    assert re.search(rf"check mode: would route a web_search task through \S+ and require it "
-                     rf"done in PostgreSQL \(.*\) within \d+s, on {cluster.nodes[NEW].address}, "
-                     rf"claimed by {NEW}'s own login {contract.worker_db_role(NEW)}", text)
     assert (f"check mode: nothing was started or stopped; a real run would require the web "
             f"worker running on {NEW}") in text
-    assert f"after a real run: {NEW}" in text
+    summary = checked.fact("migrate_web_summary")
+    assert re.match(rf"check mode: would route a web_search task through \S+ and require it "
+                    rf"done in PostgreSQL \(.*\) within \d+s, on {cluster.nodes[NEW].address}, "
+                    rf"claimed by {NEW}'s own login {contract.worker_db_role(NEW)}",
+                    summary["probe"]), summary
+    assert (summary["check_mode"], summary["after"], summary["task_id"]) == (True, [NEW], None)
     # The old host's line would go (its only worker is the web worker): shown, not done.
     assert re.search(rf"^-host\S*\s.*{re.escape(old_node.address)}/32", checked.output, re.M)
     assert checked.changed()[NEW] > 0 and checked.changed()[DB_HOST] > 0

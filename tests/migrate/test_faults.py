@@ -181,7 +181,8 @@ def test_other_weights_under_the_same_name_stop_the_move_in_preflight(cluster) -
             run = cluster.playbooks.run("migrate-web.yml", cluster.inventory(new), "-e",
                                         "migrate_web_allow_other_weights=true")
         assert run.returncode == 0, run.output[-3000:]
-        assert f"model: {new}: {DEFAULT_MODEL} (digest {moved[:12]})" in run.unfolded()
+        assert f"{new}: {DEFAULT_MODEL} (digest {moved[:12]})" in (
+            run.fact("migrate_web_summary")["model"])
         cluster.assert_settled(traffic.outcome(), new)
     finally:
         requests.post(standin, json={"weights": {}}, timeout=10).raise_for_status()

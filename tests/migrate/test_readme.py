@@ -125,8 +125,7 @@ def test_the_readme_steps_on_the_lab(cluster) -> None:
         move_web_workers(new)
         moved = cluster.playbooks.run("migrate-web.yml", MINE, *vault)
         assert moved.returncode == 0, moved.output[-6000:]
-        assert re.search(rf"in [0-9.]+ s, processed by {cluster.nodes[new].address}",
-                         moved.output)
+        cluster.assert_proven(moved, new)
 
         # A second run of each changes nothing on any host; the move still proves itself.
         for playbook in ("migrate-web.yml", "site.yml"):
@@ -134,8 +133,7 @@ def test_the_readme_steps_on_the_lab(cluster) -> None:
             assert again.returncode == 0, again.output[-6000:]
             assert again.changed() == dict.fromkeys(cluster.nodes, 0), (playbook, again.changed())
             if playbook == "migrate-web.yml":
-                assert re.search(rf"in [0-9.]+ s, processed by {cluster.nodes[new].address}",
-                                 again.output)
+                cluster.assert_proven(again, new)
     cluster.assert_settled(traffic.outcome(), new)
 
 
