@@ -266,7 +266,8 @@ APPLICATION_NAME = "coordinator_database"
 # Workers name the process holding a worker's lock (another host's session) from
 # pg_stat_activity, whose addresses only this predefined role shows.
 STATS_ROLE = "pg_read_all_stats"
-# pg_authid.rolpassword of a SCRAM secret: SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>
+# The shape of a SCRAM verifier in pg_authid.rolpassword (RFC 5803): the mechanism's name,
+# then the iteration count and salt, then the stored key and server key, base64.
 SCRAM_VERIFIER = re.compile(
     r"^SCRAM-SHA-256\$(\d+):([A-Za-z0-9+/=]+)\$([A-Za-z0-9+/=]+):([A-Za-z0-9+/=]+)$")
 

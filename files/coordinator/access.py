@@ -158,8 +158,10 @@ def api_routes(app: FastAPI) -> Iterator[RouteContext]:
 
 
 def rule_of(route: RouteContext) -> Access | None:
-    """The rule a route declares (a dependency of its own), or None."""
-    for dependency in route.dependant.dependencies:
+    """The rule a route declares (a dependency of its own), or None: none declared, or not
+    an API route (the stylesheet's mount)."""
+    dependant = getattr(route, "dependant", None)
+    for dependency in dependant.dependencies if dependant is not None else ():
         if isinstance(dependency.call, Access):
             return dependency.call
     return None

@@ -136,7 +136,7 @@ class Front:
             return None
         rule: Access = OPERATOR.dependency
         if full is not None:
-            declared = rule_of(full) if hasattr(full, "dependant") else None
+            declared = rule_of(full)
             if declared is None or declared.open(self.cfg):
                 return None
             rule = declared

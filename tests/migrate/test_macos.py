@@ -81,8 +81,7 @@ def test_a_move_off_the_mac_cut_short_then_a_login_leaves_one_web_worker(cluster
         cut = cluster.migrate(LINUX, on=[(r"^PLAY \[Remove the old web worker's files\]",
                                           drive.interrupt)])
         assert cut.returncode != 0
-        assert cluster.nodes[MAC].sh("test", "-e", cluster.nodes[MAC].worker_service_file()
-                                     ).returncode == 0, "the cut came after the plist's removal"
+        assert cluster.nodes[MAC].worker_installed(), "the cut came after the plist's removal"
         # The Mac restarts and its user logs in: launchd loads every agent it finds, except
         # the disabled ones; the old web worker stays off.
         mac.logout(MAC)

@@ -156,8 +156,7 @@ def test_move_with_tasks_routed_throughout(cluster) -> None:
     old = cluster.coordinator.workers()[f"web-worker-{OLD}"]
     assert (old["state"], old["drain_requested_at"] is not None) == ("stopped", True)
     assert not cluster.nodes[OLD].worker_enabled()
-    assert cluster.nodes[OLD].sh("test", "-e", cluster.nodes[OLD].worker_service_file()
-                                 ).returncode != 0
+    assert not cluster.nodes[OLD].worker_installed()
 
 
 def test_the_converged_cluster_runs_what_the_inventory_declares(cluster) -> None:

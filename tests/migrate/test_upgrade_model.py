@@ -47,7 +47,7 @@ def running_models(cluster) -> dict[str, set[str]]:
     for host in HOSTS:
         node = cluster.nodes[host]
         lines = [line for worker in ("inference-worker", "web-worker")
-                 if node.sh("test", "-e", node.worker_service_file(worker)).returncode == 0
+                 if node.worker_installed(worker)
                  for line in node.worker_env(worker).splitlines()
                  if line.startswith("OLLAMA_MODEL=")]
         if lines:
