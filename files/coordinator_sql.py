@@ -214,6 +214,12 @@ class SQL:
         "SELECT queue, extract(epoch FROM clock_timestamp() - min(created_at))::float8"
         " FROM tasks WHERE status = 'queued' AND queue IS NOT NULL GROUP BY queue"
     )
+    #: Seconds the oldest queued task of each type has waited since it was created, queue
+    #: null (waiting for any worker) included (indexed: tasks_active_idx).
+    OLDEST_QUEUED_BY_TYPE = (
+        "SELECT task_type, extract(epoch FROM clock_timestamp() - min(created_at))::float8"
+        " FROM tasks WHERE status = 'queued' GROUP BY task_type"
+    )
     TASK_IN_FULL = f"SELECT {PUBLIC_COLUMNS}, prompt FROM tasks WHERE id = %(id)s"
     #: A task an operator acts on, locked for the action's transaction.
     TASK_FOR_ACTION = ("SELECT id, task_type, status, claim, queue, model, requested_worker"
@@ -355,11 +361,13 @@ class SQL:
     #: The queues of alive workers. With the queues holding unfinished tasks, these are the
     #: ones /queues and the queue metrics list: a worker gone for good drops out of both.
     WORKER_QUEUES = f"SELECT DISTINCT unnest(queues) FROM workers WHERE {WORKER_ALIVE}"
-    #: Per kind: alive workers, alive drained ones, duplicated ones.
+    #: Per kind: alive workers, alive drained ones, duplicated ones, and dead ones (in the
+    #: state GET /workers shows as ``dead``: no goodbye, heartbeat older than the TTL).
     WORKERS_BY_KIND = (
         f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
         f" count(*) FILTER (WHERE {WORKER_ALIVE} AND drain_requested_at IS NOT NULL),"
-        " count(*) FILTER (WHERE duplicate) FROM workers GROUP BY kind"
+        " count(*) FILTER (WHERE duplicate),"
+        f" count(*) FILTER (WHERE {WORKER_STATE} = 'dead') FROM workers w GROUP BY kind"
     )
     #: Every worker as a Reaper pass sees it.
     LIVENESS = (

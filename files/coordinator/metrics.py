@@ -1,8 +1,9 @@
 """Prometheus metrics (text format at GET /metrics).
 
 Each app has its own ``CollectorRegistry`` (several apps can live in one test process). Gauges
-that describe the cluster (tasks by type and status, queue depths, workers alive, duplicates)
-are refreshed from PostgreSQL and Redis when /metrics is scraped; counters and histograms
+that describe the cluster (tasks by type and status, the oldest queued task, queue depths,
+workers alive, dead, duplicated) are refreshed from PostgreSQL and Redis when /metrics is
+scraped, the certificates' expiry from their files; counters and histograms
 count what this instance saw (``task_events`` notifications reach every instance).
 """
 
@@ -53,6 +54,19 @@ class Metrics:
             "coordinator_workers_drained",
             "Alive workers an operator drained (given no new task), by kind", ["kind"],
             registry=r)
+        self.workers_dead = Gauge(
+            "coordinator_workers_dead",
+            "Registered workers that did not say goodbye and whose heartbeat expired, by kind",
+            ["kind"], registry=r)
+        self.oldest_queued = Gauge(
+            "coordinator_oldest_queued_task_seconds",
+            "Seconds the oldest queued task of each type has waited since it was routed "
+            "(0: none queued)", ["task_type"], registry=r)
+        self.certificate_expiry = Gauge(
+            "coordinator_certificate_expiry_timestamp_seconds",
+            "When a certificate the Coordinator uses expires (Unix time): its serving one and "
+            "the CA one it trusts, from the files its configuration names",
+            ["certificate", "file"], registry=r)
         self.workers_duplicate = Gauge(
             "coordinator_workers_duplicate",
             "Worker ids with two live processes (flagged by the Reaper)", registry=r)
@@ -109,11 +123,15 @@ class Metrics:
             "coordinator_reaper_errors", "Reaper passes that failed", registry=r)
 
     # -- snapshots from the backends ----------------------------------------------------------
-    def set_task_counts(self, rows: Iterable[tuple[str, str, int]], waiting: int) -> None:
+    def set_task_counts(self, rows: Iterable[tuple[str, str, int]], waiting: int,
+                        oldest: Mapping[str, float]) -> None:
+        """Counts by type and status, and the oldest queued task's age by type (every type
+        has both, at 0 when it has no task: an alert's comparison has a series to read)."""
         self.tasks.clear()
         for task_type in TASK_TYPES:
             for status in ("queued", "running"):
                 self.tasks.labels(task_type, status).set(0)
+            self.oldest_queued.labels(task_type).set(oldest.get(task_type, 0.0))
         for task_type, status, count in rows:
             self.tasks.labels(task_type, status).set(count)
         self.tasks_waiting.set(waiting)
@@ -127,12 +145,21 @@ class Metrics:
             self.queue_depth.labels(queue).set(value)
             self.queue_in_flight.labels(queue).set(in_flight.get(queue, 0))
 
-    def set_workers(self, alive_by_kind: Mapping[str, int], drained_by_kind: Mapping[str, int],
-                    duplicates: int) -> None:
+    def set_workers(self, rows: Iterable[tuple[str, int, int, int, int]]) -> None:
+        """From SQL.WORKERS_BY_KIND's rows: (kind, alive, drained, duplicate, dead)."""
+        by_kind = {kind: counts for kind, *counts in rows}
         for kind in WORKER_KINDS:
-            self.workers_alive.labels(kind).set(alive_by_kind.get(kind, 0))
-            self.workers_drained.labels(kind).set(drained_by_kind.get(kind, 0))
-        self.workers_duplicate.set(duplicates)
+            alive, drained, _, dead = by_kind.get(kind, (0, 0, 0, 0))
+            self.workers_alive.labels(kind).set(alive)
+            self.workers_drained.labels(kind).set(drained)
+            self.workers_dead.labels(kind).set(dead)
+        self.workers_duplicate.set(sum(counts[2] for counts in by_kind.values()))
+
+    def set_certificates(self, expiries: Mapping[tuple[str, str], float]) -> None:
+        """(certificate, file) -> its expiry; a certificate not read has no series."""
+        self.certificate_expiry.clear()
+        for (name, path), expires in expiries.items():
+            self.certificate_expiry.labels(name, path).set(expires)
 
     def observe_event(self, task_type: str, status: str, fallback: bool,
                       dispatch: float | None, total: float | None) -> None:

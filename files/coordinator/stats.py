@@ -13,6 +13,7 @@ import psycopg_pool
 import redis.asyncio as aioredis
 from coordinator_contract import SHARED_QUEUES
 from coordinator_sql import SQL
+from cryptography import x509
 
 from . import __version__
 from . import statemachine as sm
@@ -103,35 +104,54 @@ class Stats:
             body["error"] = "; ".join(errors)
         return not errors, body
 
+    async def _cluster_snapshot(self) -> tuple[Any, ...]:
+        """The gauges' figures from PostgreSQL, read at most every 2 s."""
+        now = time.monotonic()
+        if now - self._stats.at <= 2.0 and self._stats.value is not None:
+            return self._stats.value
+        async with asyncio.timeout(5):
+            async with self.pool.connection(timeout=3) as conn:
+                # Unfinished tasks only: they are indexed, so this stays cheap however many
+                # finished tasks the table holds (those are counted from task_events in
+                # coordinator_tasks_finished_total).
+                cur = await conn.execute(SQL.ACTIVE_BY_TYPE)
+                counts = await cur.fetchall()
+                cur = await conn.execute(SQL.OLDEST_QUEUED_BY_TYPE)
+                oldest = dict(await cur.fetchall())
+                queued, running, waiting = await self._active_counts(conn)
+                cur = await conn.execute(SQL.WORKERS_BY_KIND, {"ttl": self.cfg.heartbeat_ttl})
+                kinds = await cur.fetchall()
+                names = await self._queue_names(conn, set(queued) | set(running))
+        self._stats = _Cache(now, (counts, oldest, running, waiting, kinds, names))
+        return self._stats.value
+
+    def _certificates(self) -> dict[tuple[str, str], float]:
+        """The expiry of the certificate it serves and of the CA one it trusts, when TLS is
+        on; read at every scrape, so a renewed file shows at once."""
+        found: dict[tuple[str, str], float] = {}
+        for name, path in (("serving", self.cfg.tls_cert), ("ca", self.cfg.redis_ca_file)):
+            if not path:
+                continue
+            try:
+                found[name, path] = certificate_expiry(path)
+            except (OSError, ValueError) as exc:
+                log.warning("metrics: cannot read the %s certificate %s: %s", name, path,
+                            first_line(exc))
+        return found
+
     async def render_metrics(self) -> bytes:
         m = self.metrics
-        now = time.monotonic()
         names: list[str] = []
         running: dict[str, int] = {}
         try:
-            if now - self._stats.at > 2.0 or self._stats.value is None:
-                async with asyncio.timeout(5):
-                    async with self.pool.connection(timeout=3) as conn:
-                        # Unfinished tasks only: they are indexed, so this stays cheap however
-                        # many finished tasks the table holds (those are counted from
-                        # task_events in coordinator_tasks_finished_total).
-                        cur = await conn.execute(SQL.ACTIVE_BY_TYPE)
-                        counts = await cur.fetchall()
-                        queued, running, waiting = await self._active_counts(conn)
-                        cur = await conn.execute(SQL.WORKERS_BY_KIND,
-                                                 {"ttl": self.cfg.heartbeat_ttl})
-                        kinds = await cur.fetchall()
-                        names = await self._queue_names(conn, set(queued) | set(running))
-                self._stats = _Cache(now, (counts, running, waiting, kinds, names))
-            counts, running, waiting, kinds, names = self._stats.value
-            m.set_task_counts(counts, waiting)
-            m.set_workers({k: alive for k, alive, _, _ in kinds},
-                          {k: drained for k, _, drained, _ in kinds},
-                          sum(d for _, _, _, d in kinds))
+            counts, oldest, running, waiting, kinds, names = await self._cluster_snapshot()
+            m.set_task_counts(counts, waiting, oldest)
+            m.set_workers(kinds)
             m.backend_up.labels("postgresql").set(1)
         except Exception as exc:
             m.backend_up.labels("postgresql").set(0)
             log.warning("metrics: PostgreSQL did not answer: %s", first_line(exc))
+        m.set_certificates(self._certificates())
         if names:
             try:
                 async with asyncio.timeout(3):
@@ -145,3 +165,9 @@ class Stats:
                 m.backend_up.labels("redis").set(0)
                 log.warning("metrics: Redis did not answer: %s", first_line(exc))
         return m.render()
+
+
+def certificate_expiry(path: str) -> float:
+    """When the first certificate of a PEM file (a served chain's leaf) expires, Unix time."""
+    with open(path, "rb") as pem:
+        return x509.load_pem_x509_certificate(pem.read()).not_valid_after_utc.timestamp()

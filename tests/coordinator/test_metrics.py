@@ -3,19 +3,25 @@ bounded by what the routing table makes and by the workers alive."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
+import ssl
 import subprocess
+import time
 import uuid
+from pathlib import Path
 
 import coordinator_contract as contract
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.metrics import Metrics
+from lab import throwaway
 from lab.drive import REPO
+from lab.throwaway import ThrowawayRedis
 
-from .coordkit import ServerThread, wait_for
+from .coordkit import Backends, ServerThread, wait_for
 
 PROMTOOL = shutil.which("promtool")
 DOC_ROW = re.compile(r"^\| `(coordinator_\w+)` \| (\w+) \|([^|]*)\|", re.M)
@@ -50,6 +56,20 @@ def register(client: httpx.Client, worker_id: str, kind: str, **fields: object) 
         "instance_id": str(uuid.uuid4()), **fields})
 
 
+def promtool_check_metrics(text: str) -> tuple[int, str]:
+    assert PROMTOOL, "promtool not found: ./dev installs it (Debian's prometheus package)"
+    checked = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                             text=True, check=False)
+    return checked.returncode, checked.stdout + checked.stderr
+
+
+def gauge(text: str, family_name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """A gauge's samples in a scrape: sorted label pairs -> value."""
+    return {tuple(sorted(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text) if family.name == family_name
+            for sample in family.samples}
+
+
 def test_the_documentation_lists_exactly_the_exposed_metrics() -> None:
     assert documented() == exposed()
 
@@ -64,11 +84,8 @@ def test_promtool_finds_nothing_in_a_real_scrape(client: httpx.Client, server: S
     wait_for(lambda: "coordinator_tasks_finished_total{" in client.get("/metrics").text, 5,
              what="the finished counter")
     scrape = client.get("/metrics")
-    assert PROMTOOL, "promtool not found: ./dev installs it (Debian's prometheus package)"
     assert scrape.headers["content-type"].startswith("text/plain; version=")
-    checked = subprocess.run([PROMTOOL, "check", "metrics"], input=scrape.text,
-                             capture_output=True, text=True, check=False)
-    assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+    assert promtool_check_metrics(scrape.text) == (0, "")
     # Every queue has both gauges, in flight 0 where nothing runs (as GET /queues says).
     families = {f.name: f for f in text_string_to_metric_families(scrape.text)}
     in_flight = {sample.labels["queue"]: sample.value
@@ -139,3 +156,67 @@ def test_a_fallback_answer_is_counted_by_its_task_type_from_the_task_event(
     scrape = client.get("/metrics").text
     assert counter(scrape, "coordinator_task_fallbacks", task_type="web_search") == 1
     assert counter(scrape, "coordinator_task_fallbacks") == 1
+
+
+def test_the_oldest_queued_tasks_age_is_read_by_type_from_its_row(
+        client: httpx.Client, backends: Backends) -> None:
+    """No web worker: the task stays queued; its age is the row's, every other type 0."""
+    task = client.post("/route", json={"prompt": "p", "task_type": "web_search"}).json()
+    backends.sql("UPDATE tasks SET created_at = clock_timestamp() - interval '10 minutes'"
+                 " WHERE id = %s", (task["task_id"],))
+    web = (("task_type", "web_search"),)
+
+    def aged() -> dict | None:
+        found = gauge(client.get("/metrics").text, "coordinator_oldest_queued_task_seconds")
+        return found if found[web] >= 600 else None
+
+    # (The scrape reads the backends at most every 2 s.)
+    ages = wait_for(aged, 5, what="the aged task in the metrics")
+    assert 600 <= ages.pop(web) < 660
+    assert ages == {(("task_type", t),): 0.0 for t in contract.TASK_TYPES if t != "web_search"}
+
+
+def test_a_worker_gone_silent_is_dead_by_kind_and_one_that_said_goodbye_is_not(
+        client: httpx.Client, server: ServerThread, backends: Backends, make_worker) -> None:
+    make_worker(server, "alive", kind="web").start()
+    make_worker(server, "gone", device="cpu").register()
+    bye = make_worker(server, "bye", device="cpu")
+    bye.register()
+    assert bye.http.post("/workers/bye/deregister",
+                         json={"instance_id": bye.instance_id}).status_code == 200
+    backends.sql("UPDATE workers SET last_heartbeat = clock_timestamp() - interval '1 hour'"
+                 " WHERE worker_id IN ('gone', 'bye')")
+    states = {w["worker_id"]: w["state"] for w in client.get("/workers").json()["workers"]}
+    assert states == {"alive": "alive", "gone": "dead", "bye": "stopped"}
+    dead = {(("kind", "inference"),): 1.0, (("kind", "web"),): 0.0, (("kind", "rag"),): 0.0}
+    wait_for(lambda: gauge(client.get("/metrics").text, "coordinator_workers_dead") == dead, 5,
+             what="the dead worker in the metrics")
+
+
+def test_the_certificates_expiry_is_read_from_the_files_the_configuration_names(
+        start_server, tmp_path: Path, caplog) -> None:
+    """The serving certificate and the CA one (both made here, valid one day) by their
+    expiry; one that cannot be read any more loses its series and says why in the log."""
+    certificates = throwaway.make_certificates(tmp_path / "cluster")
+    with ThrowawayRedis(tls=certificates) as rds:
+        server = start_server(
+            REDIS_PORT=str(rds.port), REDIS_PASSWORD=rds.password,
+            REDIS_CA_FILE=str(certificates.ca), COORDINATOR_TLS_CERT=str(certificates.cert),
+            COORDINATOR_TLS_KEY=str(certificates.key))
+        with httpx.Client(base_url=server.url, timeout=30,
+                          verify=ssl.create_default_context(cafile=certificates.ca)) as client:
+            scrape = client.get("/metrics").text
+            expiry = gauge(scrape, "coordinator_certificate_expiry_timestamp_seconds")
+            assert sorted(expiry) == [(("certificate", "ca"), ("file", str(certificates.ca))),
+                                      (("certificate", "serving"),
+                                       ("file", str(certificates.cert)))]
+            tomorrow = time.time() + 86400
+            assert all(tomorrow - 600 < value <= tomorrow for value in expiry.values()), expiry
+            assert promtool_check_metrics(scrape) == (0, "")
+            certificates.cert.write_text("not a certificate\n")
+            with caplog.at_level(logging.WARNING, logger="coordinator"):
+                expiry = gauge(client.get("/metrics").text,
+                               "coordinator_certificate_expiry_timestamp_seconds")
+        server.stop()
+    assert sorted(expiry) == [(("certificate", "ca"), ("file", str(certificates.ca)))]
+    assert f"metrics: cannot read the serving certificate {certificates.cert}: " in caplog.text
