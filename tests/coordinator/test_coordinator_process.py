@@ -282,7 +282,8 @@ def test_schema_created_once_by_concurrent_starts(pg: ThrowawayPostgres) -> None
 
 def test_unfinished_task_queries_read_the_active_index(pg: ThrowawayPostgres) -> None:
     """Keyed by (status, queue, id) since schema version 6, the partial index still serves
-    every reader of unfinished tasks by queue, among many finished ones."""
+    every reader of unfinished tasks by queue, and the scrape's oldest queued task by type,
+    among many finished ones."""
     dsn = pg.database("coordinator_active_index")
 
     async def create() -> None:
@@ -300,7 +301,8 @@ def test_unfinished_task_queries_read_the_active_index(pg: ThrowawayPostgres) ->
         conn.execute("ANALYZE tasks")
         plans = {name: "\n".join(row[0] for row in conn.execute(
                      "EXPLAIN " + NAMED[name], {"queues": ["tasks:web"]}))
-                 for name in ("OLDEST_WAITING", "ACTIVE_BY_QUEUE", "LOAD_BY_QUEUE")}
+                 for name in ("OLDEST_WAITING", "OLDEST_QUEUED_BY_TYPE", "ACTIVE_BY_QUEUE",
+                              "LOAD_BY_QUEUE")}
     assert {name: "Index Scan on tasks_active_idx" in plan for name, plan in plans.items()} \
         == dict.fromkeys(plans, True), plans
     assert "Index Cond: ((status = 'queued'::text) AND (queue IS NOT NULL))" \
