@@ -73,22 +73,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.nodeid.startswith(MOLECULE_SUITE))
 
 
-# The lab suites are the run's critical path: they take longer than all the other tests, and
-# on a 2-core machine the two groups compete for the CPU until the others end. The process of
-# the others gives way (a higher nice value, inherited by the servers, playbooks and Molecule
-# containers it starts), so the lab gets the CPU first and the others fill what it leaves.
-OTHERS_NICENESS = 5
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    # Under `pytest -n 2` only, where each process runs one group, from the group's first test
-    # on (before its fixtures start any server).
-    if (os.environ.get("PYTEST_XDIST_WORKER") and not item.nodeid.startswith(LAB_SUITES)
-            and os.getpriority(os.PRIO_PROCESS, 0) < OTHERS_NICENESS):
-        os.nice(OTHERS_NICENESS - os.getpriority(os.PRIO_PROCESS, 0))
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """pytest-xdist's scheduler, with two scopes: the lab suites and the rest.
     (``--dist loadgroup`` would do it with markers, but xdist 3.8 sets the group on a node
