@@ -24,7 +24,8 @@ web worker in the Coordinator's registry, with one worker_web.py process, on its
   playbook says so with that bound;
 - ansible-playbook interrupted (Ctrl-C) at a play boundary, or cut by Ctrl-C or a lost
   controller as a task of the switch-over play or of its rollback starts, then run again:
-  converges (one boundary and one task a run, others each day; every one with LAB_CUTS=all);
+  converges (one boundary and one task a run, others each day; every one with LAB_CUTS=all,
+  a part of them with LAB_CUTS=FIRST-LAST);
 - PostgreSQL restarted as the new worker starts, and the Coordinator as the test task is
   routed, in one move.
 """
@@ -340,10 +341,17 @@ def tasks_printed(cluster, target: str, rolled_back: bool) -> list[str]:
 
 
 def cut_cases(count: int) -> list[int]:
-    """Which of ``count`` cases this run takes: every one under LAB_CUTS=all; otherwise one,
-    another each day, so that every case is cut in turn across runs."""
-    if os.environ.get("LAB_CUTS") == "all":
+    """Which of ``count`` cases this run takes: every one under LAB_CUTS=all, cases FIRST to
+    LAST (from 0) under LAB_CUTS=FIRST-LAST, so that a sweep can be run in parts; otherwise
+    one, another each day, so that every case is cut in turn across runs."""
+    chosen = os.environ.get("LAB_CUTS", "")
+    if chosen == "all":
         return list(range(count))
+    if chosen:
+        first, _, last = chosen.partition("-")
+        cases = list(range(int(first), min(int(last or first) + 1, count)))
+        assert cases, f"LAB_CUTS={chosen}: there are {count} cases, 0 to {count - 1}"
+        return cases
     return [datetime.date.today().toordinal() % count]
 
 
@@ -357,8 +365,8 @@ def test_cut_at_a_task_of_the_switch_over_or_its_rollback_then_run_again_converg
     # A rollback case starts from the new host leaving the network as the switch-over
     # starts (as test_new_host_gone_after_its_worker_started_rolls_back, whose run names
     # the rollback's tasks) and, back, it is the one the run again moves to. Every case
-    # moves the web worker from where this test found it to the other host (under
-    # LAB_CUTS=all it is moved back between cases).
+    # moves the web worker from where this test found it to the other host (taking several
+    # cases, it is moved back between them).
     start = cluster.web_host()
     new = cluster.other(start)
     cases = [(task, how, rolled_back) for rolled_back in (True, False)
