@@ -349,6 +349,8 @@ def cut_cases(count: int) -> list[int]:
         return list(range(count))
     if chosen:
         first, _, last = chosen.partition("-")
+        assert first.isdigit() and (last or first).isdigit(), (
+            f"LAB_CUTS={chosen}: give all, a case number or FIRST-LAST (cases 0 to {count - 1})")
         cases = list(range(int(first), min(int(last or first) + 1, count)))
         assert cases, f"LAB_CUTS={chosen}: there are {count} cases, 0 to {count - 1}"
         return cases
