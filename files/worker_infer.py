@@ -82,6 +82,16 @@ class InferenceWorker(base.OllamaWorker):
         return base.Outcome("done", result=str(answer), answered_model=model)
 
 
+    def probe(self, task: base.Task) -> base.Outcome:
+        model = task.model or self.cfg.ollama_model
+        try:
+            self.one_token(model, task.prompt)
+        except base.OllamaError as error:
+            return base.Outcome("failed", error=str(error))
+        return base.Outcome("done", result=f"Ollama at {self.cfg.ollama_host} ran {model} "
+                                           "for one token", answered_model=model)
+
+
 def main(argv: list[str] | None = None) -> int:
     return base.main(InferenceWorker, InferConfig, argv)
 

@@ -127,6 +127,19 @@ class WebWorker(base.OllamaWorker):
             return base.Outcome("done", result=fallback_answer(str(error), found.results) + note,
                                 fallback=True)
 
+    def probe(self, task: base.Task) -> base.Outcome:
+        """One search and one token of the summary model: both backends a web task needs."""
+        model = self.cfg.ollama_model
+        try:
+            found = self.search(task.prompt)
+            self.one_token(model, task.prompt)
+        except (SearchError, base.OllamaError) as error:
+            return base.Outcome("failed", error=str(error))
+        return base.Outcome("done", answered_model=model, result=(
+            f"SearXNG at {self.cfg.searxng_url} answered {len(found.results)} result(s); "
+            f"Ollama at {self.cfg.ollama_host} ran {model} for one token"
+            f"{found.failures_note()}"))
+
     def search(self, query: str) -> Found:
         url = self.cfg.searxng_url
         try:
