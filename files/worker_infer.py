@@ -3,7 +3,8 @@
 
 It serves its own queue `tasks:<WORKER_DEVICE>:<WORKER_ID>` (e.g. `tasks:cpu:macbookair`),
 registers as kind "inference" with its device and the models its Ollama has, and answers each
-task with the task's model or OLLAMA_MODEL. If it dies mid-task the Coordinator's Reaper
+task with the task's model or OLLAMA_MODEL; the Coordinator's probe asks that model for one
+token. If it dies mid-task the Coordinator's Reaper
 gives the task to another inference worker. Everything else (checks, lock, heartbeat,
 reliable take, guarded writes) is worker_base.py. Configuration: docs/workers.md.
 """

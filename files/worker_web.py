@@ -6,7 +6,8 @@ has a small model on Ollama summarise the results, and writes the answer to the 
 table in PostgreSQL. When the summary fails the answer is the search results themselves
 with a note (the v2.1 fallback); when SearXNG's engines failed and found nothing the answer
 says which and why, flagged as a fallback too; when the search fails the task is `failed`
-with the reason.
+with the reason. The Coordinator's probe (a task of type probe) searches and asks Ollama for
+one token (``WebWorker.probe``).
 Everything else (checks, lock, heartbeat, reliable take, guarded writes, --check) is
 worker_base.py, which the worker role ships beside it. Configuration: docs/workers.md.
 """
