@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from coordinator_contract import DEFAULT_WORKER, PROBE_PROMPT, PROBE_TYPE, PROBED_KINDS
-from coordinator_sql import SQL
+from coordinator_sql import SQL, parameters
 from psycopg.rows import class_row
 
 from . import queries as q
@@ -116,9 +116,7 @@ class Prober(Background):
             await asyncio.sleep(self.tick)
 
     async def run_once(self) -> ProbeReport:
-        cfg = self.cfg
         report = ProbeReport()
-        kind = {"probe_type": PROBE_TYPE, "ttl": cfg.heartbeat_ttl}
         async with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=class_row(q.Lock))
             await cur.execute(q.REAPER_LOCK, {"key": PROBE_LOCK_KEY})
@@ -126,20 +124,7 @@ class Prober(Background):
             if lock is None or not lock.held:
                 return report
             report.acted = True
-            gone = await conn.execute(SQL.WITHDRAW_PROBES, kind)
-            report.withdrawn = [task_id for (task_id,) in await gone.fetchall()]
-            report.failed = await self._expire(conn)
-            verdicts = conn.cursor(row_factory=class_row(Verdict))
-            await verdicts.execute(SQL.RECORD_PROBES, {"probe_type": PROBE_TYPE})
-            report.verdicts = await verdicts.fetchall()
-            pruned = await conn.execute(SQL.PRUNE_PROBES, {"probe_type": PROBE_TYPE,
-                                                           "keep": PROBES_KEPT})
-            report.pruned = (await pruned.fetchone() or (0,))[0]
-            sent = await conn.execute(SQL.SEND_PROBES, kind | {
-                "prompt": PROBE_PROMPT, "worker": DEFAULT_WORKER, "kinds": list(PROBED_KINDS),
-                "interval": cfg.probe_interval})
-            for task_id, queue in await sent.fetchall():
-                report.sent.setdefault(queue, []).append(task_id)
+            await self._pass(conn, report)
         self._log(report)
         try:
             await push(self.redis, report.sent)
@@ -149,18 +134,33 @@ class Prober(Background):
                         sum(map(len, report.sent.values())), first_line(exc))
         return report
 
-    async def _expire(self, conn: psycopg.AsyncConnection) -> list[tuple[Overdue, str]]:
-        cur = conn.cursor(row_factory=class_row(Overdue))
-        await cur.execute(SQL.OVERDUE_PROBES, {"probe_type": PROBE_TYPE,
-                                               "timeout": self.cfg.probe_timeout,
-                                               "ttl": self.cfg.heartbeat_ttl})
-        failed = []
-        for probe in await cur.fetchall():
-            error = overdue_error(probe, self.cfg.probe_timeout)
+    async def _pass(self, conn: psycopg.AsyncConnection, report: ProbeReport) -> None:
+        """The pass's statements, in the caller's transaction. Each is sent unprepared, so
+        that it is planned with the probe type's value and can read the partial index
+        tasks_probe_idx (a prepared statement's generic plan could not, and would read every
+        task)."""
+        cfg = self.cfg
+        params = {"probe_type": PROBE_TYPE, "ttl": cfg.heartbeat_ttl,
+                  "timeout": cfg.probe_timeout, "keep": PROBES_KEPT, "prompt": PROBE_PROMPT,
+                  "worker": DEFAULT_WORKER, "kinds": list(PROBED_KINDS),
+                  "interval": cfg.probe_interval}
+
+        async def run(statement: str, row: type | None = None) -> list:
+            cur = conn.cursor(row_factory=class_row(row)) if row else conn.cursor()
+            await cur.execute(statement, {name: params[name] for name in parameters(statement)},
+                              prepare=False)
+            return await cur.fetchall()
+
+        report.withdrawn = [task_id for (task_id,) in await run(SQL.WITHDRAW_PROBES)]
+        for probe in await run(SQL.OVERDUE_PROBES, Overdue):
+            error = overdue_error(probe, cfg.probe_timeout)
             done = await conn.execute(*sm.fail_task(probe.id, probe.status, probe.claim, error))
             if await done.fetchone() is not None:
-                failed.append((probe, error))
-        return failed
+                report.failed.append((probe, error))
+        report.verdicts = await run(SQL.RECORD_PROBES, Verdict)
+        [(report.pruned,)] = await run(SQL.PRUNE_PROBES)
+        for task_id, queue in await run(SQL.SEND_PROBES):
+            report.sent.setdefault(queue, []).append(task_id)
 
     @staticmethod
     def _log(report: ProbeReport) -> None:

@@ -5,6 +5,7 @@ time. The workers are FakeWorkers (the contract by hand); tests/workers runs the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -12,11 +13,15 @@ import uuid
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from coordinator_contract import PROBE_PROMPT, PROBE_TYPE
+from coordinator_sql import NAMED, parameters
 
 from coordinator.probes import PROBE_LOCK_KEY, PROBES_KEPT, ProbeReport
+from coordinator.schema import ensure_schema
 from coordinator.status_cli import format_workers
+from lab.throwaway import ThrowawayPostgres
 
 from .coordkit import Backends, ServerThread, wait_for
 
@@ -233,3 +238,34 @@ def test_probes_are_off_with_an_interval_of_zero(start_server, backends: Backend
     assert server.coordinator.prober is None
     server.reap()
     assert probes_of(backends, "a") == []
+
+
+def test_the_probe_statements_read_an_index_among_many_user_tasks(pg: ThrowawayPostgres) -> None:
+    """A pass runs every few seconds: planned with the probe type's value (sent unprepared),
+    none of its statements reads every task."""
+    dsn = pg.database("coordinator_probe_index")
+
+    async def create() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await ensure_schema(conn)
+
+    asyncio.run(create())
+    params = {"probe_type": PROBE_TYPE, "ttl": 15.0, "timeout": 120.0, "keep": PROBES_KEPT,
+              "prompt": PROBE_PROMPT, "worker": "default", "kinds": ["web"], "interval": 300.0}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tasks (id, task_type, prompt, status, queue, requested_worker)"
+            " SELECT gen_random_uuid(), CASE WHEN n %% 1000 = 0 THEN %(probe_type)s"
+            "  ELSE 'web_search' END, 'p', CASE WHEN n %% 100 = 0 THEN 'queued' ELSE 'done'"
+            "  END, 'tasks:web', CASE WHEN n %% 1000 = 0 THEN 'web-' || n %% 3 END"
+            " FROM generate_series(1, 20000) AS n", params)
+        conn.execute("INSERT INTO workers (worker_id, host, kind, queues)"
+                     " VALUES ('web-1', 'h', 'web', '{tasks:web}')")
+        conn.execute("ANALYZE tasks")
+        plans = {name: "\n".join(row[0] for row in conn.execute(
+                     "EXPLAIN " + NAMED[name],
+                     {p: params[p] for p in parameters(NAMED[name])}))
+                 for name in ("WITHDRAW_PROBES", "OVERDUE_PROBES", "RECORD_PROBES",
+                              "PRUNE_PROBES", "SEND_PROBES")}
+    assert {name: "Seq Scan on tasks" in plan for name, plan in plans.items()} == dict.fromkeys(
+        plans, False), plans
