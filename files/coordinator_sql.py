@@ -195,13 +195,13 @@ class SQL:
 
     #: A probe for each alive, undrained worker of ``kinds`` (on its first queue: the shared
     #: one, or an inference worker's own) that has none open and none sent within
-    #: ``interval`` seconds or since it registered; answers (id, queue) to push.
+    #: ``interval`` seconds or since it registered; answers (id, queue) to push. The probed
+    #: worker is its ``requested_worker`` and ``worker``, whatever its kind.
     SEND_PROBES = (
         "INSERT INTO tasks (id, task_type, prompt, queue, worker, max_attempts,"
         " requested_worker, dispatched_at)"
         " SELECT gen_random_uuid(), %(probe_type)s, %(prompt)s, w.queues[1],"
-        " CASE WHEN w.kind = 'inference' THEN w.worker_id ELSE %(worker)s END, 1,"
-        " w.worker_id, clock_timestamp() FROM workers w"
+        " w.worker_id, 1, w.worker_id, clock_timestamp() FROM workers w"
         f" WHERE w.kind = ANY(%(kinds)s) AND {WORKER_ALIVE} AND w.drain_requested_at IS NULL"
         " AND cardinality(w.queues) > 0 AND NOT EXISTS (SELECT FROM tasks t"
         "  WHERE t.task_type = %(probe_type)s AND t.requested_worker = w.worker_id"

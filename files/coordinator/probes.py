@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from coordinator_contract import DEFAULT_WORKER, PROBE_PROMPT, PROBE_TYPE, PROBED_KINDS
+from coordinator_contract import PROBE_PROMPT, PROBE_TYPE, PROBED_KINDS
 from coordinator_sql import SQL, parameters
 from psycopg.rows import class_row
 
@@ -142,8 +142,7 @@ class Prober(Background):
         cfg = self.cfg
         params = {"probe_type": PROBE_TYPE, "ttl": cfg.heartbeat_ttl,
                   "timeout": cfg.probe_timeout, "keep": PROBES_KEPT, "prompt": PROBE_PROMPT,
-                  "worker": DEFAULT_WORKER, "kinds": list(PROBED_KINDS),
-                  "interval": cfg.probe_interval}
+                  "kinds": list(PROBED_KINDS), "interval": cfg.probe_interval}
 
         async def run(statement: str, row: type | None = None) -> list:
             cur = conn.cursor(row_factory=class_row(row)) if row else conn.cursor()

@@ -60,7 +60,8 @@ def test_a_healthy_workers_probe_goes_through_its_queue_and_shows_done(
     probe_id = web.take()
     row = backends.task(probe_id)
     assert (row["task_type"], row["prompt"], row["queue"], row["requested_worker"],
-            row["status"]) == (PROBE_TYPE, PROBE_PROMPT, "tasks:web", "web-a", "queued")
+            row["worker"], row["status"]) == (PROBE_TYPE, PROBE_PROMPT, "tasks:web", "web-a",
+                                              "web-a", "queued")
     assert web.finish(probe_id, web.claim(probe_id), result="SearXNG answered; one token")
     probe_pass(server)
     with server.client() as client:
@@ -251,7 +252,7 @@ def test_the_probe_statements_read_an_index_among_many_user_tasks(pg: ThrowawayP
 
     asyncio.run(create())
     params = {"probe_type": PROBE_TYPE, "ttl": 15.0, "timeout": 120.0, "keep": PROBES_KEPT,
-              "prompt": PROBE_PROMPT, "worker": "default", "kinds": ["web"], "interval": 300.0}
+              "prompt": PROBE_PROMPT, "kinds": ["web"], "interval": 300.0}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO tasks (id, task_type, prompt, status, queue, requested_worker)"
