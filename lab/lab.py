@@ -352,7 +352,13 @@ def remove_container(name: str, attempts: int = 5) -> None:
 
 def down(network: str, names: list[str]) -> None:
     """Remove the named containers, those labelled with the network, and the network."""
-    for name in sorted(set(names) | set(labelled(network))):
+    present = [name for name in sorted(set(names) | set(labelled(network)))
+               if exists("container", name)]
+    # One podman call stops them all at once (each may take its 5 s); remove_container then
+    # deals with any that call left behind.
+    if present:
+        podman("rm", "--force", "--time", "5", *present, check=False, capture=True)
+    for name in present:
         if exists("container", name):
             remove_container(name)
     if exists("network", network):

@@ -49,14 +49,17 @@ def _alias_module_utils() -> None:
 _alias_module_utils()
 
 
-# The test files that use the lab's containers, and the Molecule scenarios' own: together,
-# every test that starts containers (the tests that need ``podman_ready``).
-LAB_SUITES = ("tests/migrate/", "tests/lab/test_lab_script.py")
+# The test files that use the lab's containers, and the others that start containers of
+# their own: together, every test that starts containers (the tests that need
+# ``podman_ready``).
+LAB_SUITES = ("tests/migrate/",)
 MOLECULE_SUITE = "tests/lab/test_molecule.py"
-# Like the Molecule scenarios: containers of its own on a network of its own, under the
-# Molecule lock, so it runs beside the lab suites, in the process of the other tests.
+# Like the Molecule scenarios: containers of their own on networks of their own (the Mac
+# node's under the Molecule lock, lab/lab.py's test on coordinator-labtest), so they run
+# beside the lab suites, in the process of the other tests.
 MAC_NODE_SUITE = "tests/lab/test_macos_node.py"
-CONTAINER_SUITES = (*LAB_SUITES, MOLECULE_SUITE, MAC_NODE_SUITE)
+LAB_SCRIPT_SUITE = "tests/lab/test_lab_script.py"
+CONTAINER_SUITES = (*LAB_SUITES, MOLECULE_SUITE, MAC_NODE_SUITE, LAB_SCRIPT_SUITE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
