@@ -259,10 +259,10 @@ def queries(task_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, SQL, parameters) of every query the four pages run."""
     ttl = {"ttl": DEFAULT.heartbeat_ttl}
     return [
-        ("ACTIVE_BY_QUEUE (GET /queues)", SQL.ACTIVE_BY_QUEUE, {}),
+        ("ACTIVE_BY_QUEUE (GET /queues)", SQL.ACTIVE_BY_QUEUE, q.USERS_ONLY),
         ("WORKER_QUEUES (GET /queues)", SQL.WORKER_QUEUES, ttl),
-        ("TASK_COUNTS", SQL.TASK_COUNTS, {}),
-        ("OLDEST_WAITING", SQL.OLDEST_WAITING, {}),
+        ("TASK_COUNTS", SQL.TASK_COUNTS, q.USERS_ONLY),
+        ("OLDEST_WAITING", SQL.OLDEST_WAITING, q.USERS_ONLY),
         ("LIST_WORKERS", SQL.LIST_WORKERS, ttl),
         *list_tasks_queries(),
         ("TASK_IN_FULL (task page)", SQL.TASK_IN_FULL, {"id": task_id}),

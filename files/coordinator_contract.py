@@ -43,6 +43,17 @@ SHARED_TYPES = tuple(t for t in TASK_TYPES if ROUTES[t][0] != "inference")
 #: The queue a worker of each shared kind takes from.
 KIND_QUEUES = {kind: queue for kind, queue in ROUTES.values() if queue is not None}
 
+#: The task type of a worker probe (docs/coordinator.md, "Probes"): the Coordinator routes one
+#: to each alive, undrained worker of PROBED_KINDS through its own queue, and the worker runs
+#: it as any task, from its host: the web worker one search and a one-token summary, an
+#: inference worker one token of its model. Not a type POST /route takes (not in ROUTES).
+PROBE_TYPE = "probe"
+#: What a probe searches for and asks the model.
+PROBE_PROMPT = "coordinator probe"
+#: The kinds of worker that are probed: those whose programs answer probes (worker_web.py,
+#: worker_infer.py).
+PROBED_KINDS = ("web", "inference")
+
 #: tasks.worker while a shared-queue task waits for any worker of its kind.
 DEFAULT_WORKER = "default"
 #: tasks.worker once a web worker wrote the result, whichever host it ran on.

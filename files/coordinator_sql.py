@@ -67,7 +67,12 @@ _DUPLICATE = (
     " AND o.last_heartbeat > clock_timestamp() - make_interval(secs => %(ttl)s)"
     " AND (o.started_at >= i.started_at OR o.last_heartbeat > i.started_at))"
 )
+# Whether routing may prefer the worker: its last probe did not fail (never probed counts).
+_HEALTHY = "probe_ok IS NOT false AS healthy"
 _LAST_HOUR = "created_at > clock_timestamp() - interval '1 hour'"
+# Users' tasks only: the Coordinator's worker probes (task type ``probe_type``,
+# coordinator_contract.PROBE_TYPE) are left out of every list and count of tasks.
+_USERS = "task_type <> %(probe_type)s"
 _PAST_GRACE = ("(dispatched_at IS NULL"
                " OR dispatched_at < clock_timestamp() - make_interval(secs => %(grace)s))")
 # The claim is committed without waiting for its WAL flush (the created row and the result
@@ -186,6 +191,76 @@ class SQL:
     PROBE_TABLE = "SELECT 1 FROM tasks LIMIT 0"
     PROBE_TASK = f"SELECT {', '.join(PROBE_COLUMNS)} FROM tasks WHERE id = %(id)s::uuid"
 
+    # -- worker probes (coordinator/probes.py): tasks of type ``probe_type`` -----------------
+
+    #: A probe for each alive, undrained worker of ``kinds`` (on its first queue: the shared
+    #: one, or an inference worker's own) that has none open and none sent within
+    #: ``interval`` seconds or since it registered; answers (id, queue) to push. The probed
+    #: worker is its ``requested_worker`` and ``worker``, whatever its kind.
+    SEND_PROBES = (
+        "INSERT INTO tasks (id, task_type, prompt, queue, worker, max_attempts,"
+        " requested_worker, dispatched_at)"
+        " SELECT gen_random_uuid(), %(probe_type)s, %(prompt)s, w.queues[1],"
+        " w.worker_id, 1, w.worker_id, clock_timestamp() FROM workers w"
+        f" WHERE w.kind = ANY(%(kinds)s) AND {WORKER_ALIVE} AND w.drain_requested_at IS NULL"
+        " AND cardinality(w.queues) > 0 AND NOT EXISTS (SELECT FROM tasks t"
+        "  WHERE t.task_type = %(probe_type)s AND t.requested_worker = w.worker_id"
+        "  AND (t.status IN ('queued', 'running') OR t.created_at > greatest(w.registered_at,"
+        "   clock_timestamp() - make_interval(secs => %(interval)s))))"
+        " RETURNING id::text, queue"
+    )
+    #: Probes older than ``timeout`` seconds: running ones (whoever claimed them), and
+    #: queued ones of workers that still take tasks (the others' are withdrawn:
+    #: WITHDRAW_PROBES).
+    OVERDUE_PROBES = (
+        "SELECT t.id, t.status, t.claim, t.queue, t.requested_worker AS worker_id,"
+        " t.worker_id AS claimed_by_worker,"
+        " extract(epoch FROM clock_timestamp() - t.created_at)::float8 AS age"
+        " FROM tasks t LEFT JOIN workers w ON w.worker_id = t.requested_worker"
+        " WHERE t.task_type = %(probe_type)s AND t.status IN ('queued', 'running')"
+        " AND t.created_at < clock_timestamp() - make_interval(secs => %(timeout)s)"
+        f" AND (t.status = 'running' OR ({WORKER_ALIVE} AND w.drain_requested_at IS NULL))"
+        " ORDER BY t.created_at FOR UPDATE OF t SKIP LOCKED"
+    )
+    #: Queued probes of workers that no longer take tasks (stopped, dead, drained, gone):
+    #: no verdict on them, the rows and their timeline deleted (a worker that takes the id
+    #: later finds no row and drops it). Answers the ids.
+    WITHDRAW_PROBES = (
+        "WITH gone AS (DELETE FROM tasks t WHERE t.task_type = %(probe_type)s"
+        " AND t.status = 'queued' AND NOT EXISTS (SELECT FROM workers w"
+        f"  WHERE w.worker_id = t.requested_worker AND {WORKER_ALIVE}"
+        "  AND w.drain_requested_at IS NULL) RETURNING t.id),"
+        " timeline AS (DELETE FROM task_transitions WHERE task_id IN (SELECT id FROM gone))"
+        " SELECT id::text FROM gone"
+    )
+    #: Each worker's verdict from its latest finished probe, where that is newer than the
+    #: one recorded; answers the workers whose verdict changed.
+    RECORD_PROBES = (
+        "WITH latest AS (SELECT DISTINCT ON (requested_worker) id, requested_worker,"
+        " created_at, status, error,"
+        " extract(epoch FROM finished_at - created_at)::float8 AS seconds FROM tasks"
+        " WHERE task_type = %(probe_type)s AND status IN ('done', 'failed')"
+        " ORDER BY requested_worker, created_at DESC),"
+        " before AS (SELECT worker_id, probe_ok FROM workers)"
+        " UPDATE workers w SET probe_task = l.id, probe_at = l.created_at,"
+        " probe_seconds = l.seconds, probe_ok = (l.status = 'done'), probe_error = l.error"
+        " FROM latest l, before b WHERE l.requested_worker = w.worker_id"
+        " AND b.worker_id = w.worker_id AND w.probe_task IS DISTINCT FROM l.id"
+        " RETURNING w.worker_id, w.host, w.kind, w.probe_ok, w.probe_error,"
+        " w.probe_seconds, b.probe_ok AS was_ok"
+    )
+    #: Finished probes past the last ``keep`` of each worker, and their timeline: a count,
+    #: not an age, so the rows kept do not grow with a shorter COORDINATOR_PROBE_INTERVAL,
+    #: and a worker's last probes stay readable however long ago they ran.
+    PRUNE_PROBES = (
+        "WITH old AS (DELETE FROM tasks WHERE id IN (SELECT id FROM (SELECT id, status,"
+        " row_number() OVER (PARTITION BY requested_worker ORDER BY created_at DESC) AS n"
+        " FROM tasks WHERE task_type = %(probe_type)s) r"
+        " WHERE n > %(keep)s AND status IN ('done', 'failed')) RETURNING id),"
+        " timeline AS (DELETE FROM task_transitions WHERE task_id IN (SELECT id FROM old))"
+        " SELECT count(*)::int FROM old"
+    )
+
     # -- tasks: what the Coordinator reads --------------------------------------------------
 
     #: Tasks by id; concurrent reads share one (TaskReader).
@@ -198,7 +273,7 @@ class SQL:
         " AND (%(worker)s::text IS NULL OR worker_id = %(worker)s OR worker = %(worker)s)"
         # now(), not clock_timestamp(): a constant the index scan can start from.
         " AND created_at > coalesce(now() - make_interval(secs => %(seconds)s::float8),"
-        " '-infinity')"
+        f" '-infinity') AND {_USERS}"
         " ORDER BY created_at DESC LIMIT %(limit)s"
     )
     #: Tasks by type and status, and of them the fallback answers (done, not the model's).
@@ -207,18 +282,19 @@ class SQL:
         " count(*)::int AS all_time,"
         f" count(*) FILTER (WHERE fallback AND {_LAST_HOUR})::int AS fallbacks_last_hour,"
         " count(*) FILTER (WHERE fallback)::int AS fallbacks_all_time"
-        " FROM tasks GROUP BY 1, 2 ORDER BY 1, 2"
+        f" FROM tasks WHERE {_USERS} GROUP BY 1, 2 ORDER BY 1, 2"
     )
     #: Seconds the oldest queued task of each queue has waited (indexed: tasks_active_idx).
     OLDEST_WAITING = (
         "SELECT queue, extract(epoch FROM clock_timestamp() - min(created_at))::float8"
-        " FROM tasks WHERE status = 'queued' AND queue IS NOT NULL GROUP BY queue"
+        " FROM tasks WHERE status = 'queued' AND queue IS NOT NULL"
+        f" AND {_USERS} GROUP BY queue"
     )
     #: Seconds the oldest queued task of each type has waited since it was created, queue
     #: null (waiting for any worker) included (indexed: tasks_active_idx).
     OLDEST_QUEUED_BY_TYPE = (
         "SELECT task_type, extract(epoch FROM clock_timestamp() - min(created_at))::float8"
-        " FROM tasks WHERE status = 'queued' GROUP BY task_type"
+        f" FROM tasks WHERE status = 'queued' AND {_USERS} GROUP BY task_type"
     )
     TASK_IN_FULL = f"SELECT {PUBLIC_COLUMNS}, prompt FROM tasks WHERE id = %(id)s"
     #: A task an operator acts on, locked for the action's transaction.
@@ -226,12 +302,13 @@ class SQL:
                        " FROM tasks WHERE id = %(id)s FOR UPDATE")
     #: Unfinished tasks by queue and status (indexed: tasks_active_idx).
     ACTIVE_BY_QUEUE = ("SELECT queue, status, count(*) FROM tasks"
-                       " WHERE status IN ('queued', 'running') GROUP BY queue, status")
+                       f" WHERE status IN ('queued', 'running') AND {_USERS}"
+                       " GROUP BY queue, status")
     ACTIVE_BY_TYPE = ("SELECT task_type, status, count(*) FROM tasks"
-                      " WHERE status IN ('queued', 'running') GROUP BY 1, 2")
+                      f" WHERE status IN ('queued', 'running') AND {_USERS} GROUP BY 1, 2")
     #: Per queue of ``queues``: its unfinished tasks, (queue, count) pairs.
     LOAD_BY_QUEUE = ("SELECT queue, count(*) FROM tasks WHERE status IN ('queued', 'running')"
-                     " AND queue = ANY(%(queues)s) GROUP BY queue")
+                     f" AND queue = ANY(%(queues)s) AND {_USERS} GROUP BY queue")
     #: Inference tasks waiting for any alive worker (queue null), oldest first.
     WAITING_INFERENCE = (
         f"SELECT {_REAPER_TASK_COLUMNS} FROM tasks WHERE status = 'queued' AND queue IS NULL"
@@ -275,7 +352,7 @@ class SQL:
         " CASE WHEN stopped_at IS NULL THEN"
         " extract(epoch FROM last_heartbeat + make_interval(secs => %(ttl)s)"
         " - clock_timestamp())::float8 ELSE 0 END AS seconds_to_live,"
-        " drain_requested_at IS NOT NULL AS draining FROM workers"
+        f" drain_requested_at IS NOT NULL AS draining, {_HEALTHY} FROM workers"
     )
     WORKER_ROW = WORKER_ROWS + " WHERE worker_id = %(worker_id)s"
     #: A new process of a drained worker stays drained (drain_requested_at is kept); answers
@@ -290,7 +367,7 @@ class SQL:
         " instance_id = EXCLUDED.instance_id, os = EXCLUDED.os,"
         " registered_at = clock_timestamp(), last_heartbeat = clock_timestamp(), dead = false,"
         " stopped_at = NULL, drained = false"
-        " RETURNING drain_requested_at IS NOT NULL AS draining"
+        f" RETURNING drain_requested_at IS NOT NULL AS draining, {_HEALTHY}"
     )
     #: Answers ``duplicate``.
     REGISTER_INSTANCE = (
@@ -310,14 +387,15 @@ class SQL:
         " drained = COALESCE(%(drained)s, drained),"
         " last_error = %(last_error)s WHERE worker_id = %(worker_id)s"
         " RETURNING worker_id, host, kind, device, queues, models,"
-        " drain_requested_at IS NOT NULL AS draining),"
+        f" drain_requested_at IS NOT NULL AS draining, {_HEALTHY}),"
         " i AS (INSERT INTO worker_instances (instance_id, worker_id, host, pid)"
         " SELECT %(instance_id)s, worker_id, host, %(pid)s FROM w"
         " ON CONFLICT (instance_id) DO UPDATE SET last_heartbeat = clock_timestamp(),"
         " worker_id = EXCLUDED.worker_id,"
         " pid = COALESCE(EXCLUDED.pid, worker_instances.pid) RETURNING started_at)"
         " SELECT w.worker_id, w.host, w.kind, w.device, w.queues, w.models,"
-        " %(ttl)s::float8 AS seconds_to_live, w.draining," + _DUPLICATE + " AS duplicate"
+        " %(ttl)s::float8 AS seconds_to_live, w.draining, w.healthy,"
+        + _DUPLICATE + " AS duplicate"
         " FROM w, i"
     )
     #: The goodbye of one process; answers (host, kind) when it was the worker's current one.
@@ -350,6 +428,7 @@ class SQL:
         "::float8 AS seconds_since_heartbeat,"
         " w.in_flight, w.db_write_failures, w.last_error, w.duplicate, w.os,"
         " w.drain_requested_at, " + WORKER_STATE + " AS state,"
+        " w.probe_at, w.probe_seconds, w.probe_ok, w.probe_error,"
         " (SELECT coalesce(json_agg(json_build_object('instance_id', i.instance_id,"
         "   'host', i.host, 'pid', i.pid, 'started_at', i.started_at,"
         "   'last_heartbeat', i.last_heartbeat) ORDER BY i.started_at), '[]')"
@@ -361,20 +440,23 @@ class SQL:
     #: The queues of alive workers. With the queues holding unfinished tasks, these are the
     #: ones /queues and the queue metrics list: a worker gone for good drops out of both.
     WORKER_QUEUES = f"SELECT DISTINCT unnest(queues) FROM workers WHERE {WORKER_ALIVE}"
-    #: Per kind: alive workers, alive drained ones, duplicated ones, and dead ones (in the
-    #: state GET /workers shows as ``dead``: no goodbye, heartbeat older than the TTL).
+    #: Per kind: alive workers, alive drained ones, duplicated ones, dead ones (in the
+    #: state GET /workers shows as ``dead``: no goodbye, heartbeat older than the TTL), and
+    #: alive ones whose last probe failed.
     WORKERS_BY_KIND = (
         f"SELECT kind, count(*) FILTER (WHERE {WORKER_ALIVE}),"
         f" count(*) FILTER (WHERE {WORKER_ALIVE} AND drain_requested_at IS NOT NULL),"
         " count(*) FILTER (WHERE duplicate),"
-        f" count(*) FILTER (WHERE {WORKER_STATE} = 'dead') FROM workers w GROUP BY kind"
+        f" count(*) FILTER (WHERE {WORKER_STATE} = 'dead'),"
+        f" count(*) FILTER (WHERE {WORKER_ALIVE} AND probe_ok = false)"
+        " FROM workers w GROUP BY kind"
     )
     #: Every worker as a Reaper pass sees it.
     LIVENESS = (
         "SELECT worker_id, host, kind, pid, device, queues, models,"
         f" {WORKER_ALIVE} AS alive,"
         " extract(epoch FROM clock_timestamp() - last_heartbeat)::float8 AS silent_for,"
-        " drain_requested_at IS NOT NULL AS draining FROM workers"
+        f" drain_requested_at IS NOT NULL AS draining, {_HEALTHY} FROM workers"
     )
     #: A worker that said goodbye stopped; it did not die.
     MARK_DEAD = (

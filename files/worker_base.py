@@ -42,6 +42,7 @@ import redis.retry
 import requests
 from coordinator_contract import (
     COORDINATOR_CA_FILE_ENV,
+    PROBE_TYPE,
     REDIS_CA_FILE_ENV,
     WORKER_DB_GROUP,
     WORKER_DB_ROLE_PREFIX,
@@ -855,6 +856,12 @@ class Worker:
     def execute(self, task: Task) -> Outcome:
         raise NotImplementedError
 
+    def probe(self, task: Task) -> Outcome:
+        """The Coordinator's probe (PROBE_TYPE): the least of this worker's own work, done
+        and written like a task's, so that its result proves the whole path: the take from
+        its queue, the claim and the write from this host, its backends."""
+        return Outcome("failed", error=f"{self.program} answers no probe")
+
     def result_worker(self) -> str:
         """What the result write puts in tasks.worker."""
         return self.cfg.worker_id
@@ -988,6 +995,8 @@ class Worker:
     def execute_guarded(self, task: Task) -> Outcome:
         """A bug in the work must fail the task, not crash-loop the worker on the same id."""
         try:
+            if task.task_type == PROBE_TYPE:
+                return self.probe(task)
             return self.execute(task)
         except Exception as error:
             log.exception("Task %s: unexpected error", task.id)
@@ -1096,6 +1105,16 @@ class OllamaWorker(Worker):
         if not isinstance(answer, dict):
             raise OllamaError(f"Ollama at {url} did not answer a JSON object")
         return answer
+
+    def one_token(self, model: str, prompt: str) -> str:
+        """A generation of one token (a probe's): Ollama loads and runs ``model``, and the
+        answer costs next to nothing. OllamaError when it does not."""
+        answer = self.ollama("/api/generate", {"model": model, "prompt": prompt,
+                                               "options": {"num_predict": 1}})
+        if not isinstance(answer.get("response"), str):
+            raise OllamaError(f"Ollama at {self.cfg.ollama_host} answered {model} without a "
+                              "response")
+        return answer["response"]
 
 
 def env_lines(text: str) -> dict[str, str]:

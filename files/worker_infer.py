@@ -3,9 +3,10 @@
 
 It serves its own queue `tasks:<WORKER_DEVICE>:<WORKER_ID>` (e.g. `tasks:cpu:macbookair`),
 registers as kind "inference" with its device and the models its Ollama has, and answers each
-task with the task's model or OLLAMA_MODEL. If it dies mid-task the Coordinator's Reaper
-gives the task to another inference worker. Everything else (checks, lock, heartbeat,
-reliable take, guarded writes) is worker_base.py. Configuration: docs/workers.md.
+task with the task's model or OLLAMA_MODEL; the Coordinator's probe asks that model for one
+token. If it dies mid-task the Coordinator's Reaper gives the task to another inference
+worker. Everything else (checks, lock, heartbeat, reliable take, guarded writes) is
+worker_base.py. Configuration: docs/workers.md.
 """
 
 from __future__ import annotations
@@ -80,6 +81,15 @@ class InferenceWorker(base.OllamaWorker):
             return base.Outcome("failed", error=f"Ollama at {self.cfg.ollama_host} answered "
                                            "without the expected fields")
         return base.Outcome("done", result=str(answer), answered_model=model)
+
+    def probe(self, task: base.Task) -> base.Outcome:
+        model = task.model or self.cfg.ollama_model
+        try:
+            self.one_token(model, task.prompt)
+        except base.OllamaError as error:
+            return base.Outcome("failed", error=str(error))
+        return base.Outcome("done", result=f"Ollama at {self.cfg.ollama_host} ran {model} "
+                                           "for one token", answered_model=model)
 
 
 def main(argv: list[str] | None = None) -> int:

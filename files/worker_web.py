@@ -6,7 +6,8 @@ has a small model on Ollama summarise the results, and writes the answer to the 
 table in PostgreSQL. When the summary fails the answer is the search results themselves
 with a note (the v2.1 fallback); when SearXNG's engines failed and found nothing the answer
 says which and why, flagged as a fallback too; when the search fails the task is `failed`
-with the reason.
+with the reason. The Coordinator's probe (a task of type probe) searches and asks Ollama for
+one token (``WebWorker.probe``).
 Everything else (checks, lock, heartbeat, reliable take, guarded writes, --check) is
 worker_base.py, which the worker role ships beside it. Configuration: docs/workers.md.
 """
@@ -126,6 +127,19 @@ class WebWorker(base.OllamaWorker):
         except SummaryError as error:
             return base.Outcome("done", result=fallback_answer(str(error), found.results) + note,
                                 fallback=True)
+
+    def probe(self, task: base.Task) -> base.Outcome:
+        """One search and one token of the summary model: both backends a web task needs."""
+        model = self.cfg.ollama_model
+        try:
+            found = self.search(task.prompt)
+            self.one_token(model, task.prompt)
+        except (SearchError, base.OllamaError) as error:
+            return base.Outcome("failed", error=str(error))
+        return base.Outcome("done", answered_model=model, result=(
+            f"SearXNG at {self.cfg.searxng_url} answered {len(found.results)} result(s); "
+            f"Ollama at {self.cfg.ollama_host} ran {model} for one token"
+            f"{found.failures_note()}"))
 
     def search(self, query: str) -> Found:
         url = self.cfg.searxng_url

@@ -199,6 +199,9 @@ class CoordinatorProcess:
         self.ca_file = str(tls.ca) if tls else None
         self.token = token
         self.log = log
+        # No worker probes unless asked for (``probe_interval=...``): a test counts the
+        # tasks, and the stand-ins' requests, of its own making.
+        settings.setdefault("probe_interval", 0)
         variables = {f"COORDINATOR_{name.upper()}": str(value)
                      for name, value in settings.items()}
         variables.update(PG_DSN=dsn, REDIS_HOST="127.0.0.1", REDIS_PORT=str(redis.port),

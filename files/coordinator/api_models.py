@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from coordinator_contract import (
     INFERENCE_TYPES,
     KIND_QUEUES,
+    PROBE_TYPE,
     SHARED_TYPES,
     TASK_TYPES,
     WORKER_KINDS,
@@ -107,7 +108,9 @@ class Task(BaseModel):
     """A task: what was asked, where it is, and its result or error."""
 
     task_id: uuid.UUID
-    task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
+    task_type: Literal[(*TASK_TYPES, PROBE_TYPE)] = Field(  # type: ignore[valid-type]
+        description=f"what was asked; {PROBE_TYPE}: a worker probe the Coordinator queued "
+                    "(read by its id only: left out of GET /tasks)")
     status: Literal["queued", "running", "done", "failed"]
     result: str | None
     fallback: bool = Field(description="the answer is not the model's: the raw search "
@@ -247,6 +250,15 @@ class WorkerView(BaseModel):
         description="alive, draining (drained, still finishing), drained (holds nothing), "
                     "dead, stopped (said goodbye) or duplicate")
     live_instances: list[LiveInstance]
+    probe_at: str | None = Field(description="when its last finished probe was queued; null "
+                                 "when it has had none (COORDINATOR_PROBE_INTERVAL)")
+    probe_seconds: float | None = Field(description="from that probe's queueing to its "
+                                        "result, its wait behind queued tasks included")
+    probe_ok: bool | None = Field(description="whether that probe was done: false marks the "
+                                  "worker unhealthy (routing avoids it while a healthy worker "
+                                  "serves the model); null: never probed")
+    probe_error: str | None = Field(description="why that probe failed: the worker's own "
+                                    "error, or that it took no probe in time")
 
 
 class WorkersAnswer(BaseModel):

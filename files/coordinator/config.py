@@ -57,6 +57,10 @@ class Config:
     repush_grace: float = 5.0
     pg_pool_size: int = 10
     timeline_retention_days: float = 30.0
+    # Worker probes (coordinator/probes.py): how often each worker gets one (0: never), and
+    # how long one may take, its wait behind the worker's queued tasks included.
+    probe_interval: float = 300.0
+    probe_timeout: float = 120.0
     log_level: str = "INFO"
 
     @property
@@ -283,5 +287,9 @@ def load_config(env: Mapping[str, str]) -> Config:
         timeline_retention_days=_number(env, "COORDINATOR_TIMELINE_RETENTION_DAYS",
                                         d.timeline_retention_days, integer=False, minimum=0,
                                         unit="days"),
+        probe_interval=_number(env, "COORDINATOR_PROBE_INTERVAL", d.probe_interval,
+                               integer=False, minimum=0, unit="seconds"),
+        probe_timeout=_number(env, "COORDINATOR_PROBE_TIMEOUT", d.probe_timeout,
+                              integer=False, minimum=0.1, unit="seconds"),
         log_level=log_level,
     )

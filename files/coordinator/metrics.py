@@ -2,9 +2,9 @@
 
 Each app has its own ``CollectorRegistry`` (several apps can live in one test process). Gauges
 that describe the cluster (tasks by type and status, the oldest queued task, queue depths,
-workers alive, dead, duplicated) are refreshed from PostgreSQL and Redis when /metrics is
-scraped, the certificates' expiry from their files; counters and histograms
-count what this instance saw (``task_events`` notifications reach every instance).
+workers alive, dead, duplicated, failing their probes) are refreshed from PostgreSQL and
+Redis when /metrics is scraped, the certificates' expiry from their files; counters and
+histograms count what this instance saw (``task_events`` notifications reach every instance).
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ class Metrics:
             "coordinator_workers_dead",
             "Registered workers that did not say goodbye and whose heartbeat expired, by kind",
             ["kind"], registry=r)
+        self.workers_unhealthy = Gauge(
+            "coordinator_workers_unhealthy",
+            "Alive workers whose last probe failed or was not done in time "
+            "(COORDINATOR_PROBE_TIMEOUT), by kind", ["kind"], registry=r)
         self.oldest_queued = Gauge(
             "coordinator_oldest_queued_task_seconds",
             "Seconds the oldest queued task of each type has waited since it was routed "
@@ -145,14 +149,16 @@ class Metrics:
             self.queue_depth.labels(queue).set(value)
             self.queue_in_flight.labels(queue).set(in_flight.get(queue, 0))
 
-    def set_workers(self, rows: Iterable[tuple[str, int, int, int, int]]) -> None:
-        """From SQL.WORKERS_BY_KIND's rows: (kind, alive, drained, duplicate, dead)."""
+    def set_workers(self, rows: Iterable[tuple[str, int, int, int, int, int]]) -> None:
+        """From SQL.WORKERS_BY_KIND's rows: (kind, alive, drained, duplicate, dead,
+        unhealthy)."""
         by_kind = {kind: counts for kind, *counts in rows}
         for kind in WORKER_KINDS:
-            alive, drained, _, dead = by_kind.get(kind, (0, 0, 0, 0))
+            alive, drained, _, dead, unhealthy = by_kind.get(kind, (0, 0, 0, 0, 0))
             self.workers_alive.labels(kind).set(alive)
             self.workers_drained.labels(kind).set(drained)
             self.workers_dead.labels(kind).set(dead)
+            self.workers_unhealthy.labels(kind).set(unhealthy)
         self.workers_duplicate.set(sum(counts[2] for counts in by_kind.values()))
 
     def set_certificates(self, expiries: Mapping[tuple[str, str], float]) -> None:

@@ -54,7 +54,8 @@ class TaskFilter:
 
     def params(self, limit: int) -> dict[str, Any]:
         return {"status": self.status, "task_type": self.task_type, "worker": self.worker,
-                "seconds": SINCE_SECONDS.get(self.since or ""), "limit": limit + 1}
+                "seconds": SINCE_SECONDS.get(self.since or ""), "limit": limit + 1,
+                **q.USERS_ONLY}
 
     def as_dict(self) -> dict[str, str | None]:
         return {"status": self.status, "task_type": self.task_type, "worker": self.worker,
@@ -84,9 +85,9 @@ class Overview:
         queues = await self.stats.queues()
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(SQL.TASK_COUNTS)
+            await cur.execute(SQL.TASK_COUNTS, q.USERS_ONLY)
             counts = await cur.fetchall()
-            cur = await conn.execute(SQL.OLDEST_WAITING)
+            cur = await conn.execute(SQL.OLDEST_WAITING, q.USERS_ONLY)
             oldest = dict(await cur.fetchall())
             now = await (await conn.execute("SELECT clock_timestamp()")).fetchone()
         return {

@@ -92,6 +92,17 @@ def when(iso: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def probe_outcome(worker: Mapping[str, Any]) -> str:
+    """A worker's last probe (GET /workers' ``probe_*``) in words: ``ok in 0.4 s``,
+    ``failed: <why>``, or ``not probed yet``; its time is shown beside it."""
+    ok = worker.get("probe_ok")
+    if ok is None:
+        return "not probed yet"
+    if ok:
+        return f"ok in {age(worker.get('probe_seconds'))}"
+    return f"failed: {worker.get('probe_error') or 'no reason given'}"
+
+
 def local(url: str) -> str:
     """``url`` if it is a path on this site, else ``/ui``.
 
@@ -168,7 +179,8 @@ ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
 )
-ENV.filters.update(age=age, when=when, local=local, short=short, cut=cut, task_url=task_url)
+ENV.filters.update(age=age, when=when, local=local, short=short, cut=cut, task_url=task_url,
+                   probe_outcome=probe_outcome)
 ENV.globals.update(
     ui=PREFIX, stylesheet=STYLESHEET, dash=DASH, confirm_url=confirm_url,
     task_action=task_action, worker_action=worker_action, overview_url=overview_url,

@@ -14,6 +14,11 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from coordinator_contract import PROBE_TYPE
+
+#: The parameter of the statements that leave the worker probes out (users' tasks only).
+USERS_ONLY = {"probe_type": PROBE_TYPE}
+
 # -- the timeline and the audit of a task ------------------------------------------------------
 
 TIMELINE = ("SELECT at, event, status, worker_id, queue, reason FROM task_transitions"
@@ -38,6 +43,7 @@ class RoutedWorker:
     models: list[str]
     seconds_to_live: float  # 0 once it said goodbye
     draining: bool  # an operator drained it: routing sends it nothing new
+    healthy: bool  # its last probe did not fail: routing prefers it
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class DrainChange:
 
 #: ``pg_try_advisory_xact_lock`` key: a Reaper pass acts only where it holds it.
 REAPER_LOCK_KEY = 0x7265617065  # "reape"
+#: The lock of one pass (the Reaper's, and the Prober's with its own key).
 REAPER_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s) AS held"
 
 
@@ -94,6 +101,7 @@ class LivenessRow:
     alive: bool
     silent_for: float  # seconds since the last heartbeat
     draining: bool
+    healthy: bool
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ class WorkerView:
     queue: str | None = None  # per-worker queue (inference)
     models: tuple[str, ...] = ()
     draining: bool = False  # drained by an operator: alive, finishing, given nothing new
+    healthy: bool = True  # its last probe did not fail
 
     @property
     def takes(self) -> bool:
@@ -132,7 +133,7 @@ def _claimer(task: TaskView, workers: Mapping[str, WorkerView]) -> str:
 
 
 def _candidates(workers: Mapping[str, WorkerView]) -> list[Candidate]:
-    return [Candidate(w.worker_id, w.queue, w.models, w.takes)
+    return [Candidate(w.worker_id, w.queue, w.models, w.takes, w.healthy)
             for w in workers.values() if w.kind == "inference" and w.queue]
 
 
@@ -323,14 +324,14 @@ async def load_workers(conn: psycopg.AsyncConnection, ttl: float) -> dict[str, W
         workers[row.worker_id] = WorkerView(
             worker_id=row.worker_id, host=row.host, kind=row.kind, alive=row.alive,
             silent_for=row.silent_for, pid=row.pid, queue=queue,
-            models=tuple(row.models or ()), draining=row.draining)
+            models=tuple(row.models or ()), draining=row.draining, healthy=row.healthy)
     return workers
 
 
 async def load_by_queue(conn: psycopg.AsyncConnection, queues: list[str]) -> dict[str, int]:
     if not queues:
         return {}
-    cur = await conn.execute(SQL.LOAD_BY_QUEUE, {"queues": queues})
+    cur = await conn.execute(SQL.LOAD_BY_QUEUE, {"queues": queues, **q.USERS_ONLY})
     return dict(await cur.fetchall())
 
 

@@ -25,6 +25,7 @@ class KnownWorker:
     models: tuple[str, ...]
     expires: float  # time.monotonic() after which it counts as dead
     draining: bool = False  # drained by an operator: alive, but given nothing new
+    healthy: bool = True  # its last probe did not fail
 
     def alive(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) < self.expires
@@ -36,7 +37,8 @@ class KnownWorker:
     def candidate(self, now: float) -> Candidate | None:
         if self.kind != "inference" or self.queue is None:
             return None
-        return Candidate(self.worker_id, self.queue, self.models, self.takes(now))
+        return Candidate(self.worker_id, self.queue, self.models, self.takes(now),
+                         self.healthy)
 
 
 class Registry:

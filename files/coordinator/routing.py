@@ -236,6 +236,7 @@ class Candidate:
     queue: str
     models: tuple[str, ...] = ()
     alive: bool = True
+    healthy: bool = True  # its last probe did not fail (coordinator/probes.py)
 
 
 def serves(worker: Candidate, model: str | None) -> bool:
@@ -253,10 +254,12 @@ def choose_worker(
 ) -> Candidate | None:
     """The alive worker serving ``model`` with the smallest load (queue depth + running,
     keyed by queue); ties go to the smallest worker id. ``exclude`` names workers to avoid
-    unless nothing else fits."""
+    unless nothing else fits; a worker failing its probes is avoided while a healthy one
+    fits."""
     excluded = set(exclude)
     fitting = [w for w in workers if w.alive and serves(w, model)]
     preferred = [w for w in fitting if w.worker_id not in excluded] or fitting
+    preferred = [w for w in preferred if w.healthy] or preferred
     if not preferred:
         return None
     return min(preferred, key=lambda w: (load.get(w.queue, 0), w.worker_id))

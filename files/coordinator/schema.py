@@ -11,7 +11,12 @@ from __future__ import annotations
 import logging
 
 import psycopg
-from coordinator_contract import WORKER_DB_GROUP, WORKER_GRANTS_DDL, WORKER_GRANTS_TABLE
+from coordinator_contract import (
+    PROBE_TYPE,
+    WORKER_DB_GROUP,
+    WORKER_GRANTS_DDL,
+    WORKER_GRANTS_TABLE,
+)
 from psycopg import sql
 
 log = logging.getLogger("coordinator.schema")
@@ -354,6 +359,22 @@ END
 $$;
 """
 
+# Worker probes (coordinator/probes.py): each worker's last probe verdict on its row, which
+# routing, GET /workers and the metrics read; the probe rows themselves are tasks of type
+# PROBE_TYPE, found per worker by this partial index (user tasks never enter it).
+_V9 = f"""
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS probe_task uuid;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS probe_at timestamptz;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS probe_seconds float8;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS probe_ok boolean;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS probe_error text;
+COMMENT ON COLUMN workers.probe_ok IS
+    'the last finished probe: true done, false failed or not done in time (probe_error says '
+    'why), null never probed; routing avoids a false one while a healthy worker serves';
+CREATE INDEX IF NOT EXISTS tasks_probe_idx ON tasks (requested_worker, created_at DESC)
+    WHERE task_type = '{PROBE_TYPE}';
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
@@ -365,6 +386,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (7, "worker_grants: a worker login takes only its host's queues, as its host's workers",
      _V7),
     (8, "task_events carries fallback: fallback answers are counted", _V8),
+    (9, "worker probes: workers.probe_*, tasks_probe_idx", _V9),
 ]
 
 #: What the Coordinator's own login may do, granted at every start by the schema's owner

@@ -1,9 +1,9 @@
 """The Coordinator's lifecycle: its connections and its parts.
 
-``Coordinator`` owns the PostgreSQL pool, the Redis client, the task-event listener and the
-Reaper, and the three parts the HTTP layer (``app``) calls: ``tasks`` (POST /route, GET
-/task), ``workers`` (registration, heartbeats, GET /workers) and ``stats`` (GET /queues,
-/health, /metrics).
+``Coordinator`` owns the PostgreSQL pool, the Redis client, the task-event listener, the
+Reaper and the Prober (worker probes), and the three parts the HTTP layer (``app``) calls:
+``tasks`` (POST /route, GET /task), ``workers`` (registration, heartbeats, GET /workers) and
+``stats`` (GET /queues, /health, /metrics).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import socket
 import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
-from coordinator_contract import redis_tls_options
+from coordinator_contract import PROBE_TYPE, redis_tls_options
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
@@ -26,6 +26,7 @@ from .config import Config
 from .errors import StartupError, first_line, pg_login_message, redis_message
 from .events import TaskEvents
 from .metrics import Metrics
+from .probes import Prober
 from .reaper import Reaper
 from .registry import Registry
 from .schema import ensure_schema
@@ -79,6 +80,7 @@ class Coordinator:
         self.redis: aioredis.Redis | None = None
         self.events: TaskEvents | None = None
         self.reaper: Reaper | None = None
+        self.prober: Prober | None = None
         self.tasks: Tasks | None = None
         self.workers: Workers | None = None
         self.stats: Stats | None = None
@@ -115,13 +117,17 @@ class Coordinator:
                              on_tick=self.workers.refresh_registry)
         self.workers.reaper = self.reaper
         self.reaper.start()
+        if cfg.probe_interval > 0:
+            self.prober = Prober(cfg, self.pool, self.redis)
+            self.prober.start()
         log.info("coordinator %s ready: PostgreSQL %s, Redis %s, heartbeat TTL %g s, auth %s",
                  __version__, cfg.pg_address, cfg.redis_address, cfg.heartbeat_ttl,
                  "on" if cfg.token else "off")
 
     async def stop(self) -> None:
-        if self.reaper is not None:
-            await self.reaper.stop()
+        for part in (self.prober, self.reaper):
+            if part is not None:
+                await part.stop()
         if self.events is not None:
             await self.events.stop()
         if self.redis is not None:
@@ -130,6 +136,8 @@ class Coordinator:
             await self.pool.close()
 
     def _on_event(self, event: dict) -> None:
+        if event.get("task_type") == PROBE_TYPE:
+            return  # a worker probe is no user's task: GET /workers shows its outcome
         self.metrics.observe_event(
             str(event.get("task_type")), str(event.get("status")), event.get("fallback") is True,
             event.get("dispatch_seconds"), event.get("total_seconds"))

@@ -16,6 +16,7 @@ from coordinator_sql import SQL
 from cryptography import x509
 
 from . import __version__
+from . import queries as q
 from . import statemachine as sm
 from .config import Config
 from .errors import first_line
@@ -41,7 +42,7 @@ class Stats:
 
     async def _active_counts(self, conn: psycopg.AsyncConnection
                              ) -> tuple[dict[str, int], dict[str, int], int]:
-        cur = await conn.execute(SQL.ACTIVE_BY_QUEUE)
+        cur = await conn.execute(SQL.ACTIVE_BY_QUEUE, q.USERS_ONLY)
         queued: dict[str, int] = {}
         running: dict[str, int] = {}
         waiting = 0
@@ -114,9 +115,9 @@ class Stats:
                 # Unfinished tasks only: they are indexed, so this stays cheap however many
                 # finished tasks the table holds (those are counted from task_events in
                 # coordinator_tasks_finished_total).
-                cur = await conn.execute(SQL.ACTIVE_BY_TYPE)
+                cur = await conn.execute(SQL.ACTIVE_BY_TYPE, q.USERS_ONLY)
                 counts = await cur.fetchall()
-                cur = await conn.execute(SQL.OLDEST_QUEUED_BY_TYPE)
+                cur = await conn.execute(SQL.OLDEST_QUEUED_BY_TYPE, q.USERS_ONLY)
                 oldest = dict(await cur.fetchall())
                 queued, running, waiting = await self._active_counts(conn)
                 cur = await conn.execute(SQL.WORKERS_BY_KIND, {"ttl": self.cfg.heartbeat_ttl})

@@ -35,11 +35,11 @@ from coordinator_contract import (
 )
 
 from .config import DEFAULT, split_addresses
-from .pages import age, when
+from .pages import age, probe_outcome, when
 
 PROG = "python -m coordinator status"
 DASH = "-"
-ERROR_WIDTH = 60  # a worker's last error, in the workers table
+ERROR_WIDTH = 60  # a worker's last error and last probe, in the workers table
 FAILURE_WIDTH = 100  # a failed task's error, the last column of its table
 MAX_FAILURES = 500  # GET /tasks's own limit
 WILDCARD_BINDS = ("", "0.0.0.0", "::", "[::]")
@@ -103,10 +103,11 @@ def format_workers(rows: Sequence[Row]) -> str:
     if not rows:
         return "no worker has registered"
     headers = ("id", "host", "kind", "state", "heartbeat", "in flight", "version",
-               "last error")
+               "last probe (UTC)", "probe", "last error")
     cells = [(clean(w.get("worker_id")), clean(w.get("host")), clean(w.get("kind")),
               clean(w.get("state")), heartbeat_age(w.get("seconds_since_heartbeat")),
-              clean(w.get("in_flight")), clean(w.get("version")),
+              clean(w.get("in_flight")), clean(w.get("version")), moment(w.get("probe_at")),
+              cut(first_line(probe_outcome(w)), ERROR_WIDTH),
               cut(first_line(w.get("last_error")), ERROR_WIDTH)) for w in rows]
     return table(headers, cells, right=(5,))
 

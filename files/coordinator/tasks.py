@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import psycopg
 import psycopg_pool
 import redis.asyncio as aioredis
-from coordinator_contract import DEFAULT_WORKER, has_model
+from coordinator_contract import DEFAULT_WORKER, PROBE_TYPE, has_model
 from coordinator_sql import SQL
 from psycopg.rows import dict_row
 from redis.exceptions import RedisError
@@ -303,6 +303,10 @@ class Tasks:
 
         async def effect(conn: psycopg.AsyncConnection) -> audit.Effect:
             row = await self._locked(conn, task_id)
+            if row["task_type"] == PROBE_TYPE:
+                return audit.Effect(False, f"task {task_id} is a worker probe: the "
+                                           "Coordinator queues a new one every "
+                                           "COORDINATOR_PROBE_INTERVAL, nothing to retry")
             if row["status"] != sm.FAILED:
                 return audit.Effect(False, f"task {task_id} is {row['status']}, not failed: "
                                            "nothing to retry")

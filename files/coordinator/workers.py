@@ -36,7 +36,7 @@ def known_worker(row: q.RoutedWorker, now: float) -> KnownWorker:
     queue = (inference_queue_of(row.worker_id, row.device, row.queues or ())
              if row.kind == "inference" else None)
     return KnownWorker(row.worker_id, row.host, row.kind, queue, tuple(row.models or ()),
-                       now + (row.seconds_to_live or 0.0), row.draining)
+                       now + (row.seconds_to_live or 0.0), row.draining, row.healthy)
 
 
 class Workers:
@@ -86,14 +86,16 @@ class Workers:
         async with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(SQL.REGISTER_WORKER, params)
-            draining = (await cur.fetchone())["draining"]
+            registered = await cur.fetchone()
+            draining = registered["draining"]
             await cur.execute(SQL.REGISTER_INSTANCE, params)
             duplicate = (await cur.fetchone())["duplicate"]
             dispatched = (await dispatch_waiting(conn, cfg.heartbeat_ttl)
                           if kind == "inference" and not draining else [])
         self.registry.put(KnownWorker(worker_id, body["host"], kind, queue,
                                       tuple(params["models"]),
-                                      time.monotonic() + cfg.heartbeat_ttl, draining))
+                                      time.monotonic() + cfg.heartbeat_ttl, draining,
+                                      registered["healthy"]))
         log.info("registered %s worker '%s' on host '%s' (pid %s, version %s, queues %s)",
                  kind, worker_id, body["host"], body.get("pid"), body.get("version"),
                  ", ".join(queues) or "-")
@@ -226,6 +228,6 @@ class Workers:
             rows = await cur.fetchall()
         for row in rows:
             for column in ("registered_at", "last_heartbeat", "stopped_at",
-                           "drain_requested_at"):
+                           "drain_requested_at", "probe_at"):
                 row[column] = q.iso(row[column])
         return rows

@@ -315,6 +315,17 @@ def test_choose_worker_least_loaded_and_model() -> None:
     assert choose_worker([], None, {}) is None
 
 
+def test_choose_worker_avoids_a_worker_failing_its_probes_while_a_healthy_one_fits() -> None:
+    sick = Candidate("a", "tasks:cpu:a", ("llama", "qwen"), healthy=False)
+    well = Candidate("b", "tasks:gpu:b", ("llama",))
+    busy = {"tasks:gpu:b": 9}
+    assert choose_worker([sick, well], "llama", busy) == well  # even the busier one
+    assert choose_worker([sick, well], "qwen", busy) == sick  # the only one serving it
+    # A worker to avoid (the one a task just left) stays avoided before health counts.
+    assert choose_worker([sick, well], "llama", {}, exclude=["b"]) == sick
+    assert choose_worker([sick], None, {}) == sick
+
+
 @pytest.mark.parametrize(("registered", "requested"), [
     ("llama3.2:latest", "llama3.2"),
     ("llama3.2", "llama3.2:latest"),

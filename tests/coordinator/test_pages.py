@@ -166,7 +166,9 @@ def worker(worker_id: str = "gpu-1", state: str = "alive", **extra: object) -> d
     return {"worker_id": worker_id, "host": "node1", "kind": "inference", "version": "1.2.3",
             "os": "Linux", "device": "cuda:0", "models": ["llama3:8b", "qwen2:7b"],
             "seconds_since_heartbeat": 3.24, "in_flight": 2, "state": state,
-            "last_error": None, "db_write_failures": 0, "drain_requested_at": None} | extra
+            "last_error": None, "db_write_failures": 0, "drain_requested_at": None,
+            "probe_at": "2026-12-01T19:15:00+00:00", "probe_seconds": 0.42, "probe_ok": True,
+            "probe_error": None} | extra
 
 
 def task(task_id: str = TASK_ID, status: str = "done", **extra: object) -> dict:
@@ -383,6 +385,23 @@ def test_worker_rows() -> None:
     # The quote of the id cannot end the attribute early, nor its < open a tag.
     assert 'data-worker-id="we&#34;ird&lt;id&gt;"' in page
     assert "we\"ird<id>" not in page
+
+
+def test_each_workers_last_probe_is_shown_with_its_reason() -> None:
+    workers = [worker("ok"), worker("never", probe_at=None, probe_ok=None, probe_seconds=None),
+               worker("bad", probe_ok=False, probe_seconds=121.0,
+                      probe_error="took no probe for 121 s " + XSS)]
+    root = overview(view(workers=workers))
+    head = [th.text() for th in root.by_id("workers").one("thead").find_all("th")]
+    shown = {r.attrs["data-worker-id"]: dict(zip(head, [td.text() for td in r.find_all("td")],
+                                                  strict=True))
+             for r in root.by_id("workers").find_all("tr", data_worker_id=None)}
+    assert [(shown[w]["Last probe"], shown[w]["Probe"]) for w in ("ok", "never", "bad")] == [
+        ("2026-12-01 19:15:00", "ok in 0.4 s"), ("—", "not probed yet"),
+        ("2026-12-01 19:15:00", "failed: took no probe for 121 s " + XSS)]
+    bad = root.by_id("workers").find_all("tr", data_worker_id=None)[2]
+    assert bad.one("td", class_="probe").one(class_="error").text() == (
+        "failed: took no probe for 121 s " + XSS)
 
 
 @pytest.mark.parametrize(("state", "expected"), [

@@ -25,7 +25,8 @@ TASK_ID = "0b7e2f4c-1111-4222-8333-444455556666"
 def worker(**fields: object) -> dict:
     row = {"worker_id": "w1", "host": "node-a", "kind": "inference", "state": "alive",
            "seconds_since_heartbeat": 1.24, "in_flight": 2, "version": "0.3.1",
-           "last_error": None}
+           "last_error": None, "probe_at": "2026-12-01T10:00:00+00:00", "probe_ok": True,
+           "probe_seconds": 0.42, "probe_error": None}
     return row | fields
 
 
@@ -45,21 +46,23 @@ def test_the_workers_table_has_its_columns_aligned() -> None:
     text = cli.format_workers([
         worker(),
         worker(worker_id="a-much-longer-worker", host="h", kind="web", state="draining",
-               seconds_since_heartbeat=300, in_flight=10, version=None,
+               seconds_since_heartbeat=300, in_flight=10, version=None, probe_at=None,
+               probe_ok=None, probe_seconds=None,
                last_error="Ollama at http://x:11434 refused the connection"),
     ])
     lines = text.splitlines()
     assert lines[0].split() == ["id", "host", "kind", "state", "heartbeat", "in", "flight",
-                                "version", "last", "error"]
+                                "version", "last", "probe", "(UTC)", "probe", "last", "error"]
     starts = [lines[0].index(h) for h in ("host", "kind", "state", "heartbeat", "version",
-                                          "last error")]
-    for line, (host, kind, state, heartbeat, version) in zip(lines[1:], [
-            ("node-a", "inference", "alive", "1.2 s ago", "0.3.1"),
-            ("h", "web", "draining", "5 min ago", "-")], strict=True):
-        assert [line[s:].split("  ")[0] for s in starts[:5]] == [host, kind, state,
-                                                                heartbeat, version]
-    assert lines[2][starts[5]:] == "Ollama at http://x:11434 refused the connection"
-    assert lines[1][starts[5]:] == "-"
+                                          "last probe (UTC)", "probe  ", "last error")]
+    for line, (host, kind, state, heartbeat, version, probed, probe) in zip(lines[1:], [
+            ("node-a", "inference", "alive", "1.2 s ago", "0.3.1", "2026-12-01 10:00:00",
+             "ok in 0.4 s"),
+            ("h", "web", "draining", "5 min ago", "-", "-", "not probed yet")], strict=True):
+        assert [line[s:].split("  ")[0] for s in starts[:7]] == [
+            host, kind, state, heartbeat, version, probed, probe]
+    assert lines[2][starts[7]:] == "Ollama at http://x:11434 refused the connection"
+    assert lines[1][starts[7]:] == "-"
     # in flight is right-aligned under its header
     end = lines[0].index("in flight") + len("in flight")
     assert lines[1][:end].endswith(" 2") and lines[2][:end].endswith("10")

@@ -3,7 +3,9 @@
 The lab starts converged by site.yml with pipelining off, the web worker on
 lab-worker-slow; each test edits a copy of the lab inventory the way a user edits theirs:
 
-1. the first converge worked without pipelining (a fresh node, no acl package);
+1. the first converge worked without pipelining (a fresh node, no acl package), and every
+   worker it started passed the Coordinator's first probe of it, taken from its own queue
+   and written from its host with its own logins;
 2. the new host's PostgreSQL login is refused: the play stops in preflight, the old worker is
    untouched and still serves, and the message says so (the registry's line);
 3. the new worker does not come up: it is stopped again, the old one still serves, and the
@@ -33,6 +35,8 @@ import time
 import coordinator_contract as contract
 import pytest
 import yaml
+
+from lab.throwaway import wait_until
 
 OLD, NEW = "lab-worker-slow", "lab-macbookair"
 DB_HOST = "lab-ai-core"
@@ -69,6 +73,20 @@ def test_first_converge_without_pipelining_became_postgres(cluster) -> None:
         "install ok installed")
     assert run.recap[DB_HOST]["failed"] == 0
     assert cluster.web_host() == OLD
+
+
+def test_every_worker_passes_its_first_probe(cluster) -> None:
+    # The Coordinator probes a worker as soon as it registers (docs/coordinator.md,
+    # "Probes"): no playbook, only the wait for the verdicts.
+    def verdicts() -> list[dict] | None:
+        probed = [w for w in cluster.coordinator.workers().values()
+                  if w["alive"] and w["kind"] in contract.PROBED_KINDS]
+        return probed if probed and all(w["probe_ok"] is not None for w in probed) else None
+
+    probed = wait_until(verdicts, 120, "a probe verdict on every alive worker")
+    assert {w["worker_id"]: (w["probe_ok"], w["probe_error"]) for w in probed} == {
+        w["worker_id"]: (True, None) for w in probed}
+    assert {w["kind"] for w in probed} == set(contract.PROBED_KINDS)
 
 
 @pytest.mark.timeout(1800)
