@@ -265,14 +265,15 @@ class SQL:
     # -- notifications (coordinator/notify.py): what is wrong now, and what was sent ---------
 
     #: The problems present now, one row each (notify.Condition): dead workers (the Reaper's
-    #: mark), alive workers whose last two finished probes failed, and watched queues that a
-    #: worker registered for once and no alive worker consumes now.
+    #: mark), workers whose last two finished probes failed (a dead one's too: it has not
+    #: recovered until a probe is done), and watched queues that a worker registered for
+    #: once and no alive worker consumes now.
     NOTIFY_CONDITIONS = (
         "SELECT 'dead' AS what, worker_id AS target, host, kind,"
         " to_char(last_heartbeat AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS \"UTC\"') AS detail"
         " FROM workers WHERE dead AND stopped_at IS NULL"
         " UNION ALL SELECT 'unhealthy', w.worker_id, w.host, w.kind, w.probe_error FROM workers w"
-        f" WHERE {WORKER_ALIVE} AND (SELECT count(*) FILTER (WHERE l.status = 'failed')"
+        " WHERE w.stopped_at IS NULL AND (SELECT count(*) FILTER (WHERE l.status = 'failed')"
         "  FROM (SELECT status FROM tasks t WHERE t.task_type = %(probe_type)s"
         "  AND t.requested_worker = w.worker_id AND t.status IN ('done', 'failed')"
         "  ORDER BY t.created_at DESC LIMIT 2) l) = 2"

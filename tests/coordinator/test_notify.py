@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.config import ConfigError, load_config
 from coordinator.notify import Condition, Last, Notification, Notifier, body, decide
 
 from .coordkit import Backends, ServerThread, wait_for
@@ -250,3 +251,17 @@ def test_discord_content_is_cut_to_its_limit() -> None:
     long = Notification(1, "s", True, "x" * 3000, datetime.now(UTC), 1)
     assert len(body("discord", "https://discord.example/api/webhooks/1/t", long)["content"]) \
         == 2000
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"COORDINATOR_NOTIFY_URL": "ntfy.sh/s3cret-topic"},
+     "COORDINATOR_NOTIFY_URL is not an http:// or https:// URL with a host: set the "
+     "receiver's URL (ntfy topic, webhook), or unset it"),
+    ({"COORDINATOR_NOTIFY_FORMAT": "teams"},
+     "COORDINATOR_NOTIFY_FORMAT='teams' is not a format: use ntfy, discord, slack, json"),
+])
+def test_a_wrong_notify_setting_is_refused_without_quoting_the_url(
+        env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config({"PG_DSN": "host=db dbname=c", "REDIS_HOST": "r", **env})
+    assert str(refused.value) == message
