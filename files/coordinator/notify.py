@@ -122,8 +122,8 @@ def body(fmt: str, url: str, notification: Notification) -> dict[str, Any]:
     title = ("Cluster problem" if notification.problem else "Cluster recovered")
     text = f"{title}: {notification.message}"
     if fmt == "ntfy":
-        # ntfy takes JSON at the server's root, its topic in the body: the URL's path.
-        topic = urllib.parse.urlsplit(url).path.strip("/")
+        # ntfy takes JSON at the server's root, its topic in the body: the URL's last part.
+        topic = urllib.parse.urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
         return {"topic": topic, "title": title, "message": notification.message,
                 "tags": ["warning" if notification.problem else "white_check_mark"],
                 "priority": 4 if notification.problem else 3}
@@ -137,10 +137,12 @@ def body(fmt: str, url: str, notification: Notification) -> dict[str, Any]:
 
 
 def target(fmt: str, url: str) -> str:
-    """Where the POST goes: ntfy's JSON API is the server's root, the others the URL."""
+    """Where the POST goes: ntfy's JSON API is the server's root (the topic's parent, for a
+    server under a path), the others the URL."""
     if fmt == "ntfy":
         parts = urllib.parse.urlsplit(url)
-        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
+        root = parts.path.rstrip("/").rsplit("/", 1)[0] + "/"
+        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, root, "", ""))
     return url
 
 
@@ -201,8 +203,8 @@ class Notifier(Background):
             if lock is None or not lock.held:
                 return []
             due = await self._decide(conn)
-        for notification in due:
-            await self._send(notification)
+        # At once: the last send ends within one SEND_TIMEOUT, well inside its lease.
+        await asyncio.gather(*(self._send(notification) for notification in due))
         return due
 
     async def _decide(self, conn: psycopg.AsyncConnection) -> list[Notification]:

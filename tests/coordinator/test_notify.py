@@ -18,7 +18,15 @@ import httpx
 import pytest
 
 from coordinator.config import ConfigError, load_config
-from coordinator.notify import Condition, Last, Notification, Notifier, body, decide
+from coordinator.notify import (
+    Condition,
+    Last,
+    Notification,
+    Notifier,
+    body,
+    decide,
+    target,
+)
 
 from .coordkit import Backends, ServerThread, wait_for
 
@@ -245,6 +253,19 @@ def test_no_consumer_says_what_to_do() -> None:
     condition = Condition("no_consumer", "tasks:web", None, None, None)
     assert condition.message == ("no alive worker consumes tasks:web: its tasks wait, then "
                                  "fail; start its worker")
+
+
+@pytest.mark.parametrize(("url", "root", "topic"), [
+    ("https://ntfy.sh/s3cret", "https://ntfy.sh/", "s3cret"),
+    ("https://home.example/ntfy/s3cret/", "https://home.example/ntfy/", "s3cret"),
+])
+def test_ntfy_json_goes_to_the_servers_root_with_the_topic(url: str, root: str,
+                                                           topic: str) -> None:
+    sent = Notification(1, "s", False, "m", datetime.now(UTC), 1)
+    assert target("ntfy", url) == root
+    assert body("ntfy", url, sent) == {"topic": topic, "title": "Cluster recovered",
+                                       "message": "m", "tags": ["white_check_mark"],
+                                       "priority": 3}
 
 
 def test_discord_content_is_cut_to_its_limit() -> None:
