@@ -125,7 +125,7 @@ def test_a_dead_web_worker_and_its_queue_are_sent_once_and_their_recovery_once(
 def test_a_worker_failing_two_probes_is_sent_once_and_its_recovery_once(
         start_server, make_worker, receiver: Receiver) -> None:
     server = start_server(COORDINATOR_NOTIFY_URL=receiver.url, COORDINATOR_PROBE_INTERVAL="0.2",
-                          COORDINATOR_PROBE_TIMEOUT="0.5", **FAST)
+                          COORDINATOR_PROBE_TIMEOUT="1", **FAST)
     worker = make_worker(server, "gpu-a", models=("m",), token=TOKEN).start()
     # It heartbeats and takes no probe (the pg_hba.conf failure): the probes fail.
     wait_for(lambda: receiver.posts, timeout=20, what="the unhealthy worker's notification")
