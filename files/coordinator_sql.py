@@ -7,8 +7,9 @@ here, so the task state machine and the workers' registry have one text: a guard
 list or a liveness rule changed here changes for every part. Callers use the names
 (``SQL.CLAIM``); each statement's parameters are named (``%(name)s``), and a name means the
 same value, of the same type, in every statement that takes it (``parameters`` lists them).
-The schema itself (tables, triggers, the workers' guard) is the Coordinator's
-(``coordinator/schema.py``), where its versions are; the Coordinator's own tables (``audit``,
+The statements on the Coordinator's ``notifications`` are here too. The schema itself
+(tables, triggers, the workers' guard) is the Coordinator's (``coordinator/schema.py``),
+where its versions are; the Coordinator's own tables (``audit``,
 ``task_transitions``) are read in ``coordinator/queries.py``. Pure Python, no dependencies.
 
 It ships as ``coordinator_contract.py`` does: the worker role and the coordinator role copy it
@@ -259,6 +260,63 @@ class SQL:
         " WHERE n > %(keep)s AND status IN ('done', 'failed')) RETURNING id),"
         " timeline AS (DELETE FROM task_transitions WHERE task_id IN (SELECT id FROM old))"
         " SELECT count(*)::int FROM old"
+    )
+
+    # -- notifications (coordinator/notify.py): what is wrong now, and what was sent ---------
+
+    #: The problems present now, one row each (notify.Condition): dead workers (the Reaper's
+    #: mark), workers whose last two finished probes failed (a dead one's too: it has not
+    #: recovered until a probe is done), and watched queues that a worker registered for
+    #: once and no alive worker consumes now.
+    NOTIFY_CONDITIONS = (
+        "SELECT 'dead' AS what, worker_id AS target, host, kind,"
+        " to_char(last_heartbeat AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS \"UTC\"') AS detail"
+        " FROM workers WHERE dead AND stopped_at IS NULL"
+        " UNION ALL SELECT 'unhealthy', w.worker_id, w.host, w.kind, w.probe_error FROM workers w"
+        " WHERE w.stopped_at IS NULL AND (SELECT count(*) FILTER (WHERE l.status = 'failed')"
+        "  FROM (SELECT status FROM tasks t WHERE t.task_type = %(probe_type)s"
+        "  AND t.requested_worker = w.worker_id AND t.status IN ('done', 'failed')"
+        "  ORDER BY t.created_at DESC LIMIT 2) l) = 2"
+        " UNION ALL SELECT 'no_consumer', q, NULL, NULL, NULL"
+        " FROM unnest(%(watched_queues)s::text[]) q"
+        " WHERE EXISTS (SELECT FROM workers w WHERE q = ANY(w.queues))"
+        f" AND NOT EXISTS (SELECT FROM workers w WHERE q = ANY(w.queues) AND {WORKER_ALIVE})"
+    )
+    #: Each subject's last notification (notify.Last): what was last sent about it.
+    LAST_NOTIFICATIONS = (
+        "SELECT DISTINCT ON (subject) subject, problem, message,"
+        " extract(epoch FROM clock_timestamp() - created_at)::float8 AS age"
+        " FROM notifications ORDER BY subject, id DESC"
+    )
+    INSERT_NOTIFICATION = ("INSERT INTO notifications (subject, problem, message)"
+                           " VALUES (%(subject)s, %(problem)s, %(message)s)")
+    #: The rows due a send, each leased for ``lease`` seconds to the instance that sends it.
+    CLAIM_NOTIFICATIONS = (
+        "UPDATE notifications SET attempts = attempts + 1,"
+        " next_attempt_at = clock_timestamp() + make_interval(secs => %(lease)s)"
+        " WHERE next_attempt_at <= clock_timestamp()"
+        " RETURNING id AS notification_id, subject, problem, message, created_at, attempts"
+    )
+    NOTIFICATION_DELIVERED = (
+        "UPDATE notifications SET delivered_at = clock_timestamp(), next_attempt_at = NULL,"
+        " error = NULL WHERE id = %(notification_id)s"
+    )
+    #: A failed send: its error, and its next send in ``retry_in`` seconds (null: given up).
+    NOTIFICATION_FAILED = (
+        "UPDATE notifications SET error = %(error)s, next_attempt_at = clock_timestamp()"
+        " + make_interval(secs => %(retry_in)s::float8) WHERE id = %(notification_id)s"
+    )
+    #: Rows past the newest ``notifications_kept``, but each subject's last.
+    PRUNE_NOTIFICATIONS = (
+        "DELETE FROM notifications WHERE id < (SELECT min(id) FROM (SELECT id FROM notifications"
+        " ORDER BY id DESC LIMIT %(notifications_kept)s) k) AND id NOT IN"
+        " (SELECT DISTINCT ON (subject) id FROM notifications ORDER BY subject, id DESC)"
+    )
+    #: The status page's last notifications, newest first.
+    RECENT_NOTIFICATIONS = (
+        "SELECT subject, problem, message, created_at, delivered_at, attempts, error,"
+        " next_attempt_at IS NOT NULL AS pending FROM notifications"
+        " ORDER BY id DESC LIMIT %(limit)s"
     )
 
     # -- tasks: what the Coordinator reads --------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ class ConfigError(Exception):
     """A missing or invalid environment variable; the message is one line naming it."""
 
 
+#: The bodies COORDINATOR_NOTIFY_FORMAT chooses from (coordinator/notify.body).
+NOTIFY_FORMATS = ("ntfy", "discord", "slack", "json")
 DSN_EXAMPLE = "host=db.example port=5432 dbname=coordinator user=coordinator password=..."
 
 
@@ -61,6 +64,12 @@ class Config:
     # how long one may take, its wait behind the worker's queued tasks included.
     probe_interval: float = 300.0
     probe_timeout: float = 120.0
+    # Notifications (coordinator/notify.py): the URL they are POSTed to (None: none sent; it
+    # holds the receiver's secret, so it is never logged or shown but by host), its body's
+    # shape, and the least time between two problem notifications of one subject.
+    notify_url: str | None = None
+    notify_format: str = "json"
+    notify_gap: float = 3600.0
     log_level: str = "INFO"
 
     @property
@@ -249,6 +258,22 @@ def _tls(env: Mapping[str, str]) -> tuple[str | None, str | None]:
     return tls_cert, tls_key
 
 
+def _notify(env: Mapping[str, str]) -> tuple[str | None, str]:
+    """COORDINATOR_NOTIFY_URL (an http or https URL, or unset) and COORDINATOR_NOTIFY_FORMAT.
+    A message never quotes the URL: it holds the receiver's secret."""
+    url = (env.get("COORDINATOR_NOTIFY_URL") or "").strip() or None
+    if url is not None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError("COORDINATOR_NOTIFY_URL is not an http:// or https:// URL with "
+                              "a host: set the receiver's URL (ntfy topic, webhook), or unset it")
+    fmt = (env.get("COORDINATOR_NOTIFY_FORMAT") or DEFAULT.notify_format).strip().lower()
+    if fmt not in NOTIFY_FORMATS:
+        raise ConfigError(f"COORDINATOR_NOTIFY_FORMAT={env.get('COORDINATOR_NOTIFY_FORMAT')!r} "
+                          f"is not a format: use {', '.join(NOTIFY_FORMATS)}")
+    return url, fmt
+
+
 def load_config(env: Mapping[str, str]) -> Config:
     """Build the configuration from ``env`` (usually ``os.environ``)."""
     dsn, redis_host = _backends(env)
@@ -256,6 +281,7 @@ def load_config(env: Mapping[str, str]) -> Config:
     tokens = _tokens(env)
     log_level = _log_level(env)
     tls_cert, tls_key = _tls(env)
+    notify_url, notify_format = _notify(env)
     d = DEFAULT
     ttl = _number(env, "COORDINATOR_HEARTBEAT_TTL", d.heartbeat_ttl, integer=False,
                   minimum=0.3, unit="seconds")
@@ -291,5 +317,9 @@ def load_config(env: Mapping[str, str]) -> Config:
                                integer=False, minimum=0, unit="seconds"),
         probe_timeout=_number(env, "COORDINATOR_PROBE_TIMEOUT", d.probe_timeout,
                               integer=False, minimum=0.1, unit="seconds"),
+        notify_url=notify_url,
+        notify_format=notify_format,
+        notify_gap=_number(env, "COORDINATOR_NOTIFY_GAP", d.notify_gap, integer=False,
+                           minimum=0, unit="seconds"),
         log_level=log_level,
     )

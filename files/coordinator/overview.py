@@ -27,6 +27,8 @@ SINCE = (("1h", "last hour", 3600), ("24h", "last day", 86400), ("7d", "last wee
 SINCE_SECONDS = {value: seconds for value, _, seconds in SINCE}
 SINCE_VALUES = tuple(value for value in SINCE_SECONDS if value)
 LIST_LIMIT = 100
+#: The last notifications the status page shows.
+NOTIFICATIONS_SHOWN = 10
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,11 @@ class Overview:
             counts = await cur.fetchall()
             cur = await conn.execute(SQL.OLDEST_WAITING, q.USERS_ONLY)
             oldest = dict(await cur.fetchall())
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(SQL.RECENT_NOTIFICATIONS, {"limit": NOTIFICATIONS_SHOWN})
+            notifications = [dict(r, created_at=q.iso(r["created_at"]),
+                                  delivered_at=q.iso(r["delivered_at"]))
+                             for r in await cur.fetchall()]
             now = await (await conn.execute("SELECT clock_timestamp()")).fetchone()
         return {
             "generated_at": q.iso(now[0]), "version": __version__, "counts": counts,
@@ -98,6 +105,7 @@ class Overview:
                         "oldest_waiting_seconds": oldest.get(queue["queue"])}
                        for queue in queues["queues"]],
             "waiting": queues["waiting"],
+            "notifications": notifications,
         }
 
     async def tasks(self, where: TaskFilter, limit: int = LIST_LIMIT) -> tuple[list[Task], bool]:

@@ -229,7 +229,9 @@ def overview_page(view: dict[str, Any], filters: dict[str, Any], choices: dict[s
     return _render("overview.html", view=view, filters=filters, form=form, notice=notice,
                    counts=counts, totals=totals, workers=view.get("workers") or [],
                    queues=view.get("queues") or [], waiting=int(view.get("waiting") or 0),
-                   tasks=view.get("tasks") or [], selects=_filter_options(filters, choices))
+                   tasks=view.get("tasks") or [],
+                   notifications=view.get("notifications") or [],
+                   selects=_filter_options(filters, choices))
 
 
 def task_page(task: Any, prompt: str, timeline: Sequence[Mapping[str, Any]],

@@ -375,6 +375,26 @@ CREATE INDEX IF NOT EXISTS tasks_probe_idx ON tasks (requested_worker, created_a
     WHERE task_type = '{PROBE_TYPE}';
 """
 
+# Notifications (coordinator/notify.py): each row one message to the user's URL; a subject's
+# last row says what was last sent about it. next_attempt_at is when it is due a send (null:
+# delivered or given up).
+_V10 = """
+CREATE TABLE IF NOT EXISTS notifications (
+    id bigserial PRIMARY KEY,
+    subject text NOT NULL,
+    problem boolean NOT NULL,
+    message text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    attempts integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz DEFAULT clock_timestamp(),
+    delivered_at timestamptz,
+    error text
+);
+CREATE INDEX IF NOT EXISTS notifications_subject_idx ON notifications (subject, id DESC);
+CREATE INDEX IF NOT EXISTS notifications_due_idx ON notifications (next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
@@ -387,6 +407,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
      _V7),
     (8, "task_events carries fallback: fallback answers are counted", _V8),
     (9, "worker probes: workers.probe_*, tasks_probe_idx", _V9),
+    (10, "notifications: what was sent to the user's URL, and whether it was delivered", _V10),
 ]
 
 #: What the Coordinator's own login may do, granted at every start by the schema's owner
@@ -394,9 +415,10 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 #: it so), it reads and writes rows and cannot change the schema. A no-op when it is.
 COORDINATOR_GRANTS = """
 GRANT SELECT, INSERT, UPDATE, DELETE
-   ON tasks, workers, worker_instances, task_transitions, audit TO SESSION_USER;
+   ON tasks, workers, worker_instances, task_transitions, audit, notifications TO SESSION_USER;
 GRANT SELECT ON coordinator_schema TO SESSION_USER;
-GRANT USAGE ON SEQUENCE task_transitions_id_seq, audit_id_seq TO SESSION_USER;
+GRANT USAGE ON SEQUENCE task_transitions_id_seq, audit_id_seq, notifications_id_seq
+   TO SESSION_USER;
 """
 
 LATEST_VERSION = MIGRATIONS[-1][0]

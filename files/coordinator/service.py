@@ -1,9 +1,9 @@
 """The Coordinator's lifecycle: its connections and its parts.
 
 ``Coordinator`` owns the PostgreSQL pool, the Redis client, the task-event listener, the
-Reaper and the Prober (worker probes), and the three parts the HTTP layer (``app``) calls:
-``tasks`` (POST /route, GET /task), ``workers`` (registration, heartbeats, GET /workers) and
-``stats`` (GET /queues, /health, /metrics).
+Reaper, the Prober (worker probes) and the Notifier (notifications), and the three parts the
+HTTP layer (``app``) calls: ``tasks`` (POST /route, GET /task), ``workers`` (registration,
+heartbeats, GET /workers) and ``stats`` (GET /queues, /health, /metrics).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .config import Config
 from .errors import StartupError, first_line, pg_login_message, redis_message
 from .events import TaskEvents
 from .metrics import Metrics
+from .notify import Notifier
 from .probes import Prober
 from .reaper import Reaper
 from .registry import Registry
@@ -81,6 +82,7 @@ class Coordinator:
         self.events: TaskEvents | None = None
         self.reaper: Reaper | None = None
         self.prober: Prober | None = None
+        self.notifier: Notifier | None = None
         self.tasks: Tasks | None = None
         self.workers: Workers | None = None
         self.stats: Stats | None = None
@@ -120,12 +122,15 @@ class Coordinator:
         if cfg.probe_interval > 0:
             self.prober = Prober(cfg, self.pool, self.redis)
             self.prober.start()
+        if cfg.notify_url is not None:
+            self.notifier = Notifier(cfg, self.pool)
+            self.notifier.start()
         log.info("coordinator %s ready: PostgreSQL %s, Redis %s, heartbeat TTL %g s, auth %s",
                  __version__, cfg.pg_address, cfg.redis_address, cfg.heartbeat_ttl,
                  "on" if cfg.token else "off")
 
     async def stop(self) -> None:
-        for part in (self.prober, self.reaper):
+        for part in (self.notifier, self.prober, self.reaper):
             if part is not None:
                 await part.stop()
         if self.events is not None:

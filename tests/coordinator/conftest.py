@@ -25,7 +25,8 @@ def backends(backends_session: Backends, coord_redis: ThrowawayRedis) -> Backend
     """The shared backends, emptied for this test."""
     if coord_redis.proc is None:  # a test stopped it
         coord_redis.start()
-    backends_session.sql("TRUNCATE tasks, workers, worker_instances, task_transitions, audit")
+    backends_session.sql("TRUNCATE tasks, workers, worker_instances, task_transitions, audit,"
+                         " notifications")
     with backends_session.redis() as r:
         r.flushall()
     return backends_session

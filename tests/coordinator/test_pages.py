@@ -300,7 +300,8 @@ def test_login_error_is_shown_escaped() -> None:
 
 def test_overview_structure() -> None:
     root = overview()
-    for element_id in ("counts", "workers", "queues", "tasks", "filters", "apply-filters"):
+    for element_id in ("counts", "workers", "queues", "tasks", "filters", "apply-filters",
+                       "notifications"):
         root.by_id(element_id)
     assert root.one("h1").text() == "Coordinator"
     assert root.by_id("version").text() == "0.9.1"
@@ -309,9 +310,29 @@ def test_overview_structure() -> None:
     assert generated.text() == "2026-12-01 19:21:00"
     for table in root.find_all("table"):  # every table scrolls sideways on a phone
         assert table.attrs["id"]
-    assert len(root.find_all("div", class_="scroll")) == len(root.find_all("table")) == 4
+    assert len(root.find_all("div", class_="scroll")) == len(root.find_all("table")) == 5
     assert not root.find_all(id="more")
     assert not root.find_all(role="status")
+
+
+def notification(**extra: object) -> dict:
+    return {"subject": "dead:gpu-1", "problem": True, "message": "gpu-1 is dead " + XSS,
+            "created_at": "2026-12-01T19:20:00+00:00", "delivered_at": None, "attempts": 3,
+            "error": "ntfy.sh not reachable: timed out", "pending": True} | extra
+
+
+def test_overview_notifications_say_whether_each_was_delivered_and_why_not() -> None:
+    rows = [notification(),
+            notification(error="ntfy.sh answered HTTP 403 Forbidden", pending=False),
+            notification(delivered_at="2026-12-01T19:20:05+00:00", error=None, pending=False)]
+    table = overview(view(notifications=rows)).by_id("notifications")
+    cells = [[td.text() for td in tr.find_all("td")] for tr in table.find_all("tr")[1:]]
+    assert [c[3] for c in cells] == [
+        "not delivered: ntfy.sh not reachable: timed out (retried)",
+        "not delivered: ntfy.sh answered HTTP 403 Forbidden (given up)",
+        "2026-12-01 19:20:05"]
+    assert cells[0][1:3] == ["dead:gpu-1", "gpu-1 is dead " + XSS]  # escaped: shown as text
+    assert "no notifications" in overview().by_id("notifications").text()
 
 
 def test_overview_logout_form_carries_csrf() -> None:
