@@ -12,12 +12,14 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
-from coordinator.config import ConfigError, load_config
+from coordinator.config import NOTIFY_FORMATS, ConfigError, load_config
 from coordinator.notify import (
     Condition,
     Last,
@@ -60,6 +62,9 @@ class Receiver:
 
     def bodies(self) -> list[dict[str, Any]]:
         return [b for _, b in self.posts]
+
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -146,7 +151,7 @@ def test_a_worker_failing_two_probes_is_sent_once_and_its_recovery_once(
     assert_no_secret(receiver, server)
 
 
-@pytest.mark.parametrize("fmt", ["ntfy", "discord", "slack", "json"])
+@pytest.mark.parametrize("fmt", NOTIFY_FORMATS)
 def test_each_format_has_its_receivers_shape(start_server, backends: Backends, make_worker,
                                              receiver: Receiver, fmt: str) -> None:
     server = start_server(COORDINATOR_NOTIFY_URL=receiver.url + SECRET_PATH,
@@ -286,3 +291,13 @@ def test_a_wrong_notify_setting_is_refused_without_quoting_the_url(
     with pytest.raises(ConfigError) as refused:
         load_config({"PG_DSN": "host=db dbname=c", "REDIS_HOST": "r", **env})
     assert str(refused.value) == message
+
+
+def test_the_role_offers_the_formats_the_coordinator_takes() -> None:
+    """roles/coordinator's argument spec lists its choices literally (Ansible reads no Python):
+    they are held to the Coordinator's own list here."""
+    specs = yaml.safe_load((REPO / "roles" / "coordinator" / "meta" / "argument_specs.yml")
+                           .read_text())["argument_specs"]["main"]["options"]
+    offered = specs["coordinator_notify_format"]
+    assert tuple(offered["choices"]) == NOTIFY_FORMATS
+    assert offered["default"] in NOTIFY_FORMATS
