@@ -304,6 +304,11 @@ def redis_tls_problem(error: str, ca_file: str | None) -> str | None:
 #: verifies its certificate against (an https:// COORDINATOR_URL; the cluster CA's).
 COORDINATOR_CA_FILE_ENV = "COORDINATOR_CA_FILE"
 
+#: The environment variable holding the digest of the code and requirements the worker role
+#: shipped: the worker logs it at start, and the environment that holds it changes with the
+#: code, which restarts the worker.
+WORKER_BUILD_ENV = "WORKER_BUILD"
+
 
 def coordinator_url_problem(url: str, ca_file: str | None, url_name: str = "COORDINATOR_URL",
                             ca_name: str = COORDINATOR_CA_FILE_ENV) -> str | None:

@@ -44,6 +44,7 @@ from coordinator_contract import (
     COORDINATOR_CA_FILE_ENV,
     PROBE_TYPE,
     REDIS_CA_FILE_ENV,
+    WORKER_BUILD_ENV,
     WORKER_DB_GROUP,
     WORKER_DB_ROLE_PREFIX,
     coordinator_tls_problem,
@@ -1150,7 +1151,9 @@ def main(worker_class: type[Worker], config_class: type[BaseConfig],
         os.environ.update(env_lines(sys.stdin.read()))
     secrets = env_secrets(os.environ)
     setup_logging(secrets)
-    log.info("%s starting (v%s).", worker_class.title, worker_class.version)
+    build = os.environ.get(WORKER_BUILD_ENV, "")
+    log.info("%s starting (v%s%s).", worker_class.title, worker_class.version,
+             f", build {build[:12]}" if build else "")
     try:
         cfg = config_class.from_env(os.environ)
     except ConfigError as error:

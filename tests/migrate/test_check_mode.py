@@ -30,8 +30,8 @@ CHECK = ("--check", "--diff")
 UPGRADE = ("-e", "upgrade_model_tasks=6")
 # Said only where something was undone or did not start: never by a run that changed nothing.
 UNTRUE = ("rolled back", "did not come up", "Roll back -")
-WORKER_SERVICES = ("worker : Set each worker's service state, restarting those whose code, "
-                   "environment or unit changed")
+WORKER_SERVICES = "worker : Set each worker's service state"
+WORKER_RESTART = "worker : Restart the workers whose files or virtualenv changed"
 # What site.yml --check reports changed after the drift test's edits, per host: the pg_hba.conf
 # line and its reload, the inference worker's environment file and unit and so its restart
 # (the database host); the model's pull and the stopped web worker's start (the web host).
@@ -41,7 +41,7 @@ DRIFT_TASKS = {
               "postgresql_access : Reload postgresql",
               "worker : Write the workers' environment files (hold secrets)",
               "worker : Install the workers' systemd units",
-              WORKER_SERVICES},
+              WORKER_RESTART},
     OLD: {"ollama : Pull the models Ollama does not have yet", WORKER_SERVICES},
 }
 

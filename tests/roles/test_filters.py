@@ -182,32 +182,44 @@ def test_the_versions_expected_are_the_ones_in_the_programs_shipped():
                         "worker_infer.py": worker_infer.VERSION}
 
 
-def test_the_code_digest_follows_every_shipped_file_and_nothing_else(tmp_path):
+def test_the_build_follows_every_shipped_file_and_nothing_else(tmp_path):
     (tmp_path / "worker_web.py").write_text("VERSION = '1'\n")
     (tmp_path / "requirements-worker.txt").write_text("redis==5.0\n")
     (tmp_path / "notes.txt").write_text("not shipped\n")
     shipped = ["worker_web.py", "requirements-worker.txt"]
-    first = worker.worker_code_digest(str(tmp_path), shipped)
-    assert first == worker.worker_code_digest(str(tmp_path), list(reversed(shipped)))
+    first = worker.worker_build(str(tmp_path), shipped)
+    assert first == worker.worker_build(str(tmp_path), list(reversed(shipped)))
     (tmp_path / "notes.txt").write_text("changed, still not shipped\n")
-    assert worker.worker_code_digest(str(tmp_path), shipped) == first
+    assert worker.worker_build(str(tmp_path), shipped) == first
     (tmp_path / "requirements-worker.txt").write_text("redis==5.1\n")
-    assert worker.worker_code_digest(str(tmp_path), shipped) != first
+    assert worker.worker_build(str(tmp_path), shipped) != first
     # Content moved from one file to the other is another code.
     (tmp_path / "requirements-worker.txt").write_text("redis==5.0\n")
-    assert worker.worker_code_digest(str(tmp_path), shipped) == first
+    assert worker.worker_build(str(tmp_path), shipped) == first
     (tmp_path / "worker_web.py").write_text("VERSION = '1'\nredis==5.0\n")
     (tmp_path / "requirements-worker.txt").write_text("")
-    assert worker.worker_code_digest(str(tmp_path), shipped) != first
+    assert worker.worker_build(str(tmp_path), shipped) != first
     with pytest.raises(Exception, match=r"cannot read .*worker_x.py to take the code's digest"):
-        worker.worker_code_digest(str(tmp_path), ["worker_x.py"])
+        worker.worker_build(str(tmp_path), ["worker_x.py"])
 
 
-def test_each_workers_environment_carries_the_code_digest_when_given():
+def test_each_workers_environment_carries_the_build_when_given():
     given = worker.worker_records([{"name": "web-worker", "kind": "web"}],
-                                  **{**SETTINGS, "code_digest": "ab12"})
-    assert given["envs"]["web-worker"]["WORKER_CODE_DIGEST"] == "ab12"
-    assert "WORKER_CODE_DIGEST" not in records_envs()
+                                  **{**SETTINGS, "build": "ab12"})
+    assert given["envs"]["web-worker"][contract.WORKER_BUILD_ENV] == "ab12"
+    assert contract.WORKER_BUILD_ENV not in records_envs()
+
+
+def test_the_workers_written_are_those_one_of_whose_files_was_written():
+    records = worker.worker_records([{"name": "web-worker", "kind": "web"},
+                                     {"name": "infer", "kind": "inference"}], **SETTINGS)["records"]
+    web, infer = records
+    # sync_tree's updated names are relative to the directory it wrote; templates give paths.
+    assert worker.workers_written(records, ["web-worker.service"]) == [web]
+    assert worker.workers_written(records, [infer["env_file"]]) == [infer]
+    assert worker.workers_written(records, [web["plist"], "infer.env"]) == records
+    assert worker.workers_written(records, []) == []
+    assert worker.workers_written(records, ["other.service", "web-worker.log"]) == []
 
 
 def test_a_program_without_a_version_says_which_file(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import plistlib
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -114,7 +115,14 @@ def runs(tmp_path_factory) -> Runs:
     seq.plists["after_check"] = {label: plist(home, label).read_bytes()
                                  for label in (WEB_LABEL, INFER_LABEL)}
     seq.step("env_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"})
-    seq.step("code_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"}, test_code_changed=True)
+    # Another code: a copy of the programs with one of them changed.
+    code = tmp_path_factory.mktemp("code")
+    for name in ROLE_DEFAULTS["worker_files"] + ["requirements-worker.txt"]:
+        shutil.copy(REPO / "files" / name, code / name)
+    (code / "worker_web.py").write_text((REPO / "files" / "worker_web.py").read_text()
+                                        + "# changed\n")
+    seq.step("code_changed", BOTH, worker_env={"OLLAMA_TIMEOUT": "120"},
+             worker_source_dir=str(code))
     seq.step("absent", GONE, worker_env={"OLLAMA_TIMEOUT": "120"})
     seq.step("absent_again", GONE, worker_env={"OLLAMA_TIMEOUT": "120"})
     seq.step("status_absent", GONE, test_entry="status")
@@ -151,7 +159,7 @@ def test_plist_has_every_key_and_the_environment(runs):
         "WORKER_ID": "web-worker-macbookair",
         "WORKER_HOST": "10.89.20.43",
         "SHUTDOWN_TIMEOUT": "30",
-        "WORKER_CODE_DIGEST": worker.worker_code_digest(
+        "WORKER_BUILD": worker.worker_build(
             str(REPO / "files"), ROLE_DEFAULTS["worker_files"] + ["requirements-worker.txt"]),
     }
     # launchd waits that long plus 10 s after SIGTERM, then kills it.
@@ -227,15 +235,15 @@ def test_changed_plist_is_reloaded_with_bootout_then_bootstrap(runs):
     assert not [c for c in after if c[0] == "kickstart"]
 
 
-def test_changed_code_restarts_each_agent_gracefully(runs):
-    # SIGTERM and a wait (the worker finishes its task), then a start: never kickstart -k,
+def test_changed_code_reloads_each_agent_which_finishes_its_task(runs):
+    # The code reaches each plist (WORKER_BUILD): bootout, which waits until the old process
+    # has exited (SIGTERM: the worker finishes its task), then bootstrap; never kickstart -k,
     # which is SIGKILL (launchd_agent, docs/roles.md).
     after = runs.calls["code_changed"]
     for label in (WEB_LABEL, INFER_LABEL):
-        term = after.index(["kill", "SIGTERM", f"gui/501/{label}"])
-        assert term < after.index(["kickstart", f"gui/501/{label}"])
-    assert not [c for c in after if c[:2] == ["kickstart", "-k"]]
-    assert not [c for c in after if c[0] in ("bootstrap", "bootout")]
+        bootout = after.index(["bootout", f"gui/501/{label}"])
+        assert bootout < after.index(["bootstrap", "gui/501", str(plist(runs.home, label))])
+    assert not [c for c in after if c[0] == "kickstart"]
 
 
 def test_absent_worker_is_booted_out_and_removed_once(runs):

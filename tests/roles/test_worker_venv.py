@@ -88,7 +88,7 @@ def test_code_shipped_earlier_in_the_same_run_still_restarts_the_workers(tmp_pat
     (source / "worker_web.py").write_text("# version 2\n")
     _, restarted = run()
     for label in (WEB_LABEL, INFER_LABEL):
-        # The plist changed too (WORKER_CODE_DIGEST): reloaded, which restarts it.
+        # The plist changed too (WORKER_BUILD): reloaded, which restarts it.
         assert ["bootout", f"gui/501/{label}"] in restarted, restarted
         assert ["kickstart", "-k", f"gui/501/{label}"] not in restarted, restarted
 

@@ -88,7 +88,7 @@ def worker_records(
     token_key: str | None = None,
     redis: Mapping[str, Any] | None = None,
     coordinator_ca_file: str = "",
-    code_digest: str = "",
+    build: str = "",
 ) -> dict[str, Any]:
     """{"records": [one per worker], "envs": {name: its environment}, "secrets": [...]}.
 
@@ -109,10 +109,10 @@ def worker_records(
     With ``coordinator_ca_file``, COORDINATOR_CA_FILE names the CA certificate the
     Coordinator's HTTPS certificate must come from.
 
-    With ``code_digest`` (worker_code_digest of the code shipped), WORKER_CODE_DIGEST holds
-    it: no program reads it, but a worker's environment then changes with the code, so the
-    converge that writes it restarts the worker, whichever run shipped the code (a move
-    ships it to a host and restarts only the web worker there).
+    With ``build`` (worker_build of the code shipped), WORKER_BUILD holds it: the worker logs
+    it at start, and its environment changes with the code and the requirements, so the
+    converge that writes it restarts the worker (the role's handler), whichever run shipped
+    the code (a move ships it to a host and restarts only the web worker there).
 
     ``secrets`` are the passwords and tokens the environments hold (the database's, Redis',
     each COORDINATOR_TOKEN), as the environment files spell them (secret_spellings)."""
@@ -146,8 +146,8 @@ def worker_records(
         }
         if coordinator_ca_file:
             env[contract.COORDINATOR_CA_FILE_ENV] = coordinator_ca_file
-        if code_digest:
-            env["WORKER_CODE_DIGEST"] = code_digest
+        if build:
+            env[contract.WORKER_BUILD_ENV] = build
         if kind == "inference":
             env["WORKER_DEVICE"] = item.get("device") or default_device
         if token_key:
@@ -272,7 +272,7 @@ def worker_versions(source_dir: str, scripts: Iterable[str]) -> dict[str, str]:
     return versions
 
 
-def worker_code_digest(source_dir: str, files: Iterable[str]) -> str:
+def worker_build(source_dir: str, files: Iterable[str]) -> str:
     """SHA-1 of the files of ``source_dir`` the role ships (the programs and the
     requirements), by name and content: it changes when any of them does, whatever order
     ``files`` lists them in."""
@@ -287,6 +287,16 @@ def worker_code_digest(source_dir: str, files: Iterable[str]) -> str:
         digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)
     return digest.hexdigest()
+
+
+def workers_written(records: Sequence[Mapping[str, Any]],
+                    written: Iterable[str]) -> list[Mapping[str, Any]]:
+    """The records one of whose files (environment file, systemd unit, launchd plist) is
+    among ``written``: the names of the files a run wrote anew, as sync_tree's ``updated``
+    lists them (relative to the directory it wrote) or as paths."""
+    names = {Path(name).name for name in written}
+    return [record for record in records
+            if names & {Path(record[key]).name for key in ("env_file", "unit", "plist")}]
 
 
 def expected_registrations(states: Sequence[Mapping[str, Any]], *, versions: Mapping[str, str],
@@ -395,7 +405,8 @@ class FilterModule:
             "worker_states": worker_states,
             "worker_env_value": worker_env_value,
             "worker_versions": worker_versions,
-            "worker_code_digest": worker_code_digest,
+            "worker_build": worker_build,
+            "workers_written": workers_written,
             "expected_registrations": expected_registrations,
             "missing_registrations": missing_registrations,
             "registered_workers": registered_workers,
