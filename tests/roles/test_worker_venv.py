@@ -11,7 +11,7 @@ import sys
 
 from .test_worker_darwin import BOTH, INFER_LABEL, WEB_LABEL, calls, changed, play
 
-PIP_TASK = "worker : Install the pinned dependencies into the shared virtualenv"
+PIP_TASK = "python_service : Install the pinned dependencies into the virtualenv"
 
 
 def pip_ran(output: str) -> bool:
@@ -82,7 +82,7 @@ def test_code_shipped_earlier_in_the_same_run_still_restarts_the_workers(tmp_pat
     first, _ = run()
     assert changed(first) > 0
     # The role's own install pass is skipped: the preflight's already ran in this run.
-    assert first.count("TASK [worker : Ship the worker programs]") == 1, first[-3000:]
+    assert first.count("TASK [python_service : Ship the code]") == 1, first[-3000:]
     _, unchanged = run()
     assert not [c for c in unchanged if c[0] in ("kickstart", "bootstrap", "bootout")]
     (source / "worker_web.py").write_text("# version 2\n")
