@@ -224,15 +224,16 @@ class SQL:
         " ORDER BY t.created_at FOR UPDATE OF t SKIP LOCKED"
     )
     #: Queued probes of workers that no longer take tasks (stopped, dead, drained, gone):
-    #: no verdict on them, the rows and their timeline deleted (a worker that takes the id
-    #: later finds no row and drops it). Answers the ids.
+    #: no verdict on them, the rows and their timeline deleted. Answers the ids and their
+    #: queues, which the Prober then removes the ids from (a worker that took one already
+    #: finds no row and drops it).
     WITHDRAW_PROBES = (
         "WITH gone AS (DELETE FROM tasks t WHERE t.task_type = %(probe_type)s"
         " AND t.status = 'queued' AND NOT EXISTS (SELECT FROM workers w"
         f"  WHERE w.worker_id = t.requested_worker AND {WORKER_ALIVE}"
-        "  AND w.drain_requested_at IS NULL) RETURNING t.id),"
+        "  AND w.drain_requested_at IS NULL) RETURNING t.id, t.queue),"
         " timeline AS (DELETE FROM task_transitions WHERE task_id IN (SELECT id FROM gone))"
-        " SELECT id::text FROM gone"
+        " SELECT id::text, queue FROM gone"
     )
     #: Each worker's verdict from its latest finished probe, where that is newer than the
     #: one recorded; answers the workers whose verdict changed.

@@ -4,11 +4,12 @@ consumer stuck) is found within one COORDINATOR_PROBE_INTERVAL.
 
 A pass runs every few seconds in each Coordinator and acts only where it holds
 ``pg_try_advisory_xact_lock`` (one instance at a time, as the Reaper). In one transaction it
-withdraws the queued probes of workers that no longer take tasks, fails the probes not done
-within COORDINATOR_PROBE_TIMEOUT ("took no probe for N s"), records each worker's verdict
-from its latest finished probe (``workers.probe_*``: routing, GET /workers and the metrics
-read it), prunes old probe rows, and queues a probe for each alive, undrained worker due
-one; after the commit it pushes their ids. A probe is a task of type PROBE_TYPE on the
+withdraws the queued probes of workers that no longer take tasks (after the commit, their ids
+leave their queues too), fails the probes not done within COORDINATOR_PROBE_TIMEOUT ("took
+no probe for N s"), records each worker's verdict from its latest finished probe
+(``workers.probe_*``: routing, GET /workers and the metrics read it), prunes old probe rows,
+and queues a probe for each alive, undrained worker due one; after the commit it pushes their
+ids. A probe is a task of type PROBE_TYPE on the
 worker's own queue (``tasks:web`` for the web worker), pushed like any task: it waits behind
 the tasks queued before it, and the worker claims it and writes its result in PostgreSQL
 from its host (worker_base.Worker.probe).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -76,7 +78,7 @@ class Verdict:
 @dataclass
 class ProbeReport:
     acted: bool = False
-    withdrawn: list[str] = field(default_factory=list)
+    withdrawn: dict[str, list[str]] = field(default_factory=dict)  # queue -> probe ids
     failed: list[tuple[Overdue, str]] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     pruned: int = 0
@@ -127,6 +129,12 @@ class Prober(Background):
             await self._pass(conn, report)
         self._log(report)
         try:
+            await withdraw(self.redis, report.withdrawn)
+        except Exception as exc:
+            log.warning("could not remove %d withdrawn probe(s) from Redis (%s): a worker "
+                        "that takes one finds no row and drops it",
+                        sum(map(len, report.withdrawn.values())), first_line(exc))
+        try:
             await push(self.redis, report.sent)
         except Exception as exc:
             log.warning("could not push %d probe(s) to Redis (%s): the Reaper pushes them "
@@ -150,7 +158,8 @@ class Prober(Background):
                               prepare=False)
             return await cur.fetchall()
 
-        report.withdrawn = [task_id for (task_id,) in await run(SQL.WITHDRAW_PROBES)]
+        for task_id, queue in await run(SQL.WITHDRAW_PROBES):
+            report.withdrawn.setdefault(queue, []).append(task_id)
         for probe in await run(SQL.OVERDUE_PROBES, Overdue):
             error = overdue_error(probe, cfg.probe_timeout)
             done = await conn.execute(*sm.fail_task(probe.id, probe.status, probe.claim, error))
@@ -167,9 +176,20 @@ class Prober(Background):
             describe(verdict)
         if report.withdrawn:
             log.info("withdrew %d queued probe(s) of workers that no longer take tasks",
-                     len(report.withdrawn))
+                     sum(map(len, report.withdrawn.values())))
         for queue, ids in report.sent.items():
             log.debug("probe(s) %s queued on %s", ", ".join(ids), queue)
+
+
+async def withdraw(redis: aioredis.Redis, withdrawn: Mapping[str, list[str]]) -> None:
+    """LREM each withdrawn probe's id from its queue, so that no worker takes it later."""
+    if not withdrawn:
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for queue, ids in withdrawn.items():
+            for task_id in ids:
+                pipe.lrem(queue, 0, task_id)
+        await pipe.execute()
 
 
 def describe(verdict: Verdict) -> None:

@@ -209,9 +209,13 @@ def test_a_drained_workers_queued_probe_is_withdrawn_without_a_verdict(
     assert status == "queued"
     with server.client() as client:
         assert client.post("/workers/a/drain").json()["changed"] is True
-        assert probe_pass(server).withdrawn == [probe_id]
+        queue = "tasks:cpu:a"
+        assert probe_id in backends.redis().lrange(queue, 0, -1)
+        assert probe_pass(server).withdrawn == {queue: [probe_id]}
         assert worker_row(client, "a")["probe_ok"] is None
     assert probes_of(backends, "a") == []
+    # Out of the queue too: undrained, the worker never takes a probe that has no row.
+    assert probe_id not in backends.redis().lrange(queue, 0, -1)
     assert backends.sql("SELECT count(*) FROM task_transitions WHERE task_id = %s",
                         (probe_id,)) == [(0,)]
 
