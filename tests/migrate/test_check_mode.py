@@ -17,11 +17,13 @@ That a no-op run after a repair changes nothing is proven by test_readme.py.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import coordinator_contract as contract
 import pytest
 import requests
 
+from lab import prometheus as lab_prometheus
 from lab.standins.ollama import DEFAULT_MODEL
 
 OLD, NEW = "lab-worker-slow", "lab-macbookair"
@@ -44,6 +46,17 @@ DRIFT_TASKS = {
               WORKER_RESTART},
     OLD: {"ollama : Pull the models Ollama does not have yet", WORKER_SERVICES},
 }
+
+
+# The alert that no web worker is alive (files/prometheus/coordinator.rules.yml).
+NO_WEB_WORKER = "CoordinatorNoWebWorker"
+
+
+@pytest.fixture
+def prometheus(cluster) -> Iterator[lab_prometheus.Prometheus]:
+    """A real Prometheus scraping the lab Coordinator (lab/prometheus.py)."""
+    with lab_prometheus.scraping(cluster.coordinator.url) as server:
+        yield server
 
 
 def assert_no_change_and_true(run, hosts: list[str]) -> None:
@@ -150,7 +163,8 @@ def test_a_move_checked_says_what_a_run_would_do_and_changes_nothing(cluster) ->
 
 
 @pytest.mark.timeout(1800)
-def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(cluster) -> None:
+def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
+        cluster, prometheus: lab_prometheus.Prometheus) -> None:
     db, old_node = cluster.nodes[DB_HOST], cluster.nodes[OLD]
     hba, env_file = hba_file(cluster), "/etc/coordinator-worker/inference-worker.env"
     unit_file = db.worker_service_file("inference-worker")
@@ -159,6 +173,11 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
                     if line.startswith("SHUTDOWN_TIMEOUT="))
     assert "RestartSec=3\n" in unit_before
 
+    # A real Prometheus watches the whole test: the web worker stopped fires the alert that
+    # no web worker is alive, within its `for:` and a scrape and an evaluation; its start by
+    # the repairing run resolves it.
+    assert not prometheus.firing(NO_WEB_WORKER)
+
     # The drift, by hand: the web host's pg_hba.conf line, the database host's inference
     # worker's environment file and unit, the web worker stopped, its host's model deleted.
     db.sh("sed", "-i", f"/{old_node.address}\\/32/d", hba, check=True)
@@ -166,6 +185,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     db.sh("sed", "-i", 's/^SHUTDOWN_TIMEOUT=.*/SHUTDOWN_TIMEOUT="77"/', env_file, check=True)
     db.sh("sed", "-i", "s/^RestartSec=3$/RestartSec=9/", unit_file, check=True)
     old_node.sh("systemctl", "stop", "web-worker.service", check=True)
+    fired = prometheus.wait(NO_WEB_WORKER, firing=True,
+                            within=prometheus.hold + 2 * prometheus.interval + 1)
     requests.delete(f"http://{old_node.address}:11434/api/delete",
                     json={"model": DEFAULT_MODEL}, timeout=10).raise_for_status()
     assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
@@ -210,5 +231,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     # The inference worker restarted with its files; the web worker serves again.
     assert db.processes("worker_infer.py") != infer_pids
     cluster.assert_one_web_worker(OLD)
+    resolved = prometheus.wait(NO_WEB_WORKER, firing=False, within=2 * prometheus.interval + 1)
+    print(f"{NO_WEB_WORKER}: firing {fired:.1f} s after the stop (for: {prometheus.hold:g} s),"
+          f" resolved {resolved:.1f} s after the repairing run")
     task = cluster.coordinator.search()
     assert (task["status"], task["worker_host"]) == ("done", old_node.address), task
