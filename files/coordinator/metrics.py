@@ -33,7 +33,12 @@ _ROUTE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 class Metrics:
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._declare_snapshots(self.registry)
+        self._declare_events(self.registry)
+
+    def _declare_snapshots(self, r: CollectorRegistry) -> None:
+        """The gauges set from the backends at each scrape (what is true now)."""
         self.tasks = Gauge(
             "coordinator_tasks", "Unfinished tasks in PostgreSQL by type and status (queued, "
             "running); finished ones: coordinator_tasks_finished_total",
@@ -77,6 +82,9 @@ class Metrics:
         self.backend_up = Gauge(
             "coordinator_backend_up", "1 when the backend answered the last check",
             ["backend"], registry=r)
+
+    def _declare_events(self, r: CollectorRegistry) -> None:
+        """The counters and histograms of what happened, since this instance started."""
         self.routed = Counter(
             "coordinator_tasks_routed", "Tasks accepted by POST /route on this instance",
             ["task_type"], registry=r)
