@@ -396,3 +396,13 @@ def same_model(a: str, b: str) -> bool:
 def has_model(names: Iterable[str], model: str) -> bool:
     """Whether ``model`` is among the model ``names`` an Ollama server lists."""
     return any(same_model(name, model) for name in names)
+
+
+def first_line(value: object, empty: str = "") -> str:
+    """The first non-empty line of ``value``'s text, stripped: what a one-line message quotes
+    of an error or an answer. For an exception without a message, its type's name; else
+    ``empty`` when there is no such line (or ``value`` is None)."""
+    for line in ("" if value is None else str(value)).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(value).__name__ if isinstance(value, BaseException) else empty

@@ -17,10 +17,13 @@ from ansible.module_utils.coordinator_contract import (
     WORKER_DB_GROUP,
     coordinator_tls_problem,
     coordinator_url_problem,
+    first_line,
     worker_db_role,
 )
 
 FINAL_STATUSES = frozenset({"done", "failed"})
+# What a message quotes of a driver's or server's error that has no text.
+NO_MESSAGE = "(no message)"
 # Who takes each shared-queue task type; inference types go to one worker's own queue.
 SHARED_QUEUE_WORKERS = {"web_search": "web worker", "rag": "RAG worker"}
 # How much of a fallback answer's first line a failure quotes: the worker writes why there
@@ -148,7 +151,7 @@ def describe_target(params: dict[str, Any]) -> str:
 
 def describe_pg_connect_error(target: str, error: str) -> str:
     """One line for a failed PostgreSQL connection: refused login or unreachable server."""
-    first = first_line(error)
+    first = first_line(error, NO_MESSAGE)
     lowered = first.lower()
     if "pg_hba.conf" in lowered:
         return (
@@ -170,8 +173,9 @@ def describe_pg_connect_error(target: str, error: str) -> str:
 
 def describe_missing_table(target: str, error: str) -> str:
     return (
-        f"no tasks table for {target} ({first_line(error)}): the Coordinator writes to "
-        "another database; point login_host/login_db (or pg_dsn) at the Coordinator's PG_DSN"
+        f"no tasks table for {target} ({first_line(error, NO_MESSAGE)}): the Coordinator "
+        "writes to another database; point login_host/login_db (or pg_dsn) at the "
+        "Coordinator's PG_DSN"
     )
 
 
@@ -181,14 +185,6 @@ def describe_row_not_found(task_id: str, target: str) -> str:
         "database than the one checked; point login_host/login_db (or pg_dsn) at the "
         "Coordinator's PG_DSN"
     )
-
-
-def first_line(text: str) -> str:
-    """The first non-empty line of a driver or server message, stripped."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return text.strip() or "(no message)"
 
 
 # -- the route request and its answer --------------------------------------------------------
@@ -227,7 +223,7 @@ def parse_route_answer(coordinator_url: str, body: bytes) -> str:
         answer = None
     task_id = answer.get("task_id") if isinstance(answer, dict) else None
     if not isinstance(task_id, str) or not task_id:
-        shown = first_line(body.decode("utf-8", "replace"))[:200]
+        shown = first_line(body.decode("utf-8", "replace"), NO_MESSAGE)[:200]
         raise ProbeError(
             f"Coordinator at {coordinator_url} answered POST /route without a task_id "
             f"({shown}); check coordinator_url points at the Coordinator API"
@@ -268,8 +264,8 @@ def _error_from_body(body: bytes) -> str:
     except ValueError:
         answer = None
     if isinstance(answer, dict) and isinstance(answer.get("error"), str):
-        return first_line(answer["error"])
-    return first_line(text)[:200] if text.strip() else "(empty answer)"
+        return first_line(answer["error"], NO_MESSAGE)
+    return first_line(text, NO_MESSAGE)[:200] if text.strip() else "(empty answer)"
 
 
 def is_restarting(status: int | None, reason: object = None) -> bool:
@@ -282,7 +278,7 @@ def is_restarting(status: int | None, reason: object = None) -> bool:
 def describe_unreachable(coordinator_url: str, reason: str, ca_path: str | None = None) -> str:
     fix = coordinator_tls_problem(coordinator_url, reason, ca_path, "ca_path")
     return (
-        f"Coordinator unreachable at {coordinator_url} ({first_line(reason)}): "
+        f"Coordinator unreachable at {coordinator_url} ({first_line(reason, NO_MESSAGE)}): "
         f"{fix or 'check coordinator_url'}"
     )
 
@@ -343,7 +339,7 @@ def fallback_reason(row: TaskRow) -> str:
     """Why a fallback answer is one, as its worker wrote it: the answer's first line, cut."""
     if not (row.result or "").strip():
         return "no answer recorded"
-    line = first_line(row.result)
+    line = first_line(row.result, NO_MESSAGE)
     return line if len(line) <= FALLBACK_REASON_CHARS else (
         line[:FALLBACK_REASON_CHARS - 1] + "\u2026")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import psycopg_pool
-from coordinator_contract import redis_tls_problem
+from coordinator_contract import first_line, redis_tls_problem
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from .config import Config
@@ -12,11 +12,6 @@ from .config import Config
 
 class StartupError(Exception):
     """A backend refused us at start; the message is one line saying what to check."""
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def backend_error(exc: BaseException, cfg: Config) -> str | None:

@@ -32,6 +32,7 @@ from coordinator_contract import (
     COORDINATOR_CA_FILE_ENV,
     coordinator_tls_problem,
     coordinator_url_problem,
+    first_line,
 )
 
 from .config import DEFAULT, split_addresses
@@ -61,16 +62,6 @@ def clean(value: object) -> str:
         return DASH
     text = " ".join(str(value).split())
     return "".join(c if c.isprintable() else "?" for c in text) or DASH
-
-
-def first_line(value: object) -> str:
-    """The first non-empty line of a text (a dash for none)."""
-    if value is None:
-        return DASH
-    for line in str(value).splitlines():
-        if line.strip():
-            return clean(line)
-    return DASH
 
 
 def cut(text: str, width: int) -> str:
@@ -107,8 +98,8 @@ def format_workers(rows: Sequence[Row]) -> str:
     cells = [(clean(w.get("worker_id")), clean(w.get("host")), clean(w.get("kind")),
               clean(w.get("state")), heartbeat_age(w.get("seconds_since_heartbeat")),
               clean(w.get("in_flight")), clean(w.get("version")), moment(w.get("probe_at")),
-              cut(first_line(probe_outcome(w)), ERROR_WIDTH),
-              cut(first_line(w.get("last_error")), ERROR_WIDTH)) for w in rows]
+              cut(clean(first_line(probe_outcome(w), DASH)), ERROR_WIDTH),
+              cut(clean(first_line(w.get("last_error"), DASH)), ERROR_WIDTH)) for w in rows]
     return table(headers, cells, right=(5,))
 
 
@@ -145,7 +136,7 @@ def format_failures(answer: Mapping[str, Any]) -> str:
               clean(t.get("task_type")),
               clean(t.get("worker_id") or t.get("worker")),
               f"{clean(t.get('attempts'))}/{clean(t.get('max_attempts'))}",
-              cut(first_line(t.get("error")), FAILURE_WIDTH)) for t in rows]
+              cut(clean(first_line(t.get("error"), DASH)), FAILURE_WIDTH)) for t in rows]
     text = table(("time (UTC)", "id", "type", "worker", "attempts", "error"), cells)
     if answer.get("more"):
         text += "\n(older failures exist: GET /tasks?status=failed or the status page /ui)"
@@ -288,8 +279,9 @@ def http_error_line(status: int, reason: object, body: bytes, path: str) -> str:
     except (ValueError, AttributeError):
         message = None
     if not message:
-        message = first_line(body.decode("utf-8", "replace")) if body.strip() else clean(reason)
-    return f"GET {path} answered {status}: {cut(first_line(message), 300)}"
+        text = body.decode("utf-8", "replace")
+        message = clean(first_line(text, DASH)) if body.strip() else clean(reason)
+    return f"GET {path} answered {status}: {cut(clean(first_line(message, DASH)), 300)}"
 
 
 def fetch_status(url: str, token: str | None, failures: int, timeout: float,

@@ -85,9 +85,12 @@ def test_a_long_or_multiline_error_is_cut_to_one_short_line() -> None:
 def test_cut_and_first_line() -> None:
     assert cli.cut("abc", 3) == "abc"
     assert cli.cut("abcdef", 5) == "ab..."
-    assert cli.first_line(None) == "-"
-    assert cli.first_line("\n\n") == "-"
-    assert cli.first_line("\n  one  two \nthree") == "one two"
+    assert cli.clean(cli.first_line(None, cli.DASH)) == "-"
+    assert cli.clean(cli.first_line("\n\n", cli.DASH)) == "-"
+    assert cli.clean(cli.first_line("\n  one  two \nthree", cli.DASH)) == "one two"
+    # An exception without a message is named by its type.
+    assert cli.first_line(TimeoutError()) == "TimeoutError"
+    assert cli.first_line(TimeoutError("late\nand more")) == "late"
 
 
 def test_empty_lists_say_so() -> None:

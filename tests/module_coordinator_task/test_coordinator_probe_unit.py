@@ -278,8 +278,8 @@ def test_row_not_found():
 
 
 def test_first_line():
-    assert probe.first_line("\n  FATAL: x \nDETAIL: y") == "FATAL: x"
-    assert probe.first_line("") == "(no message)"
+    assert probe.first_line("\n  FATAL: x \nDETAIL: y", probe.NO_MESSAGE) == "FATAL: x"
+    assert probe.first_line("", probe.NO_MESSAGE) == "(no message)"
 
 
 # -- the row ---------------------------------------------------------------------------------
