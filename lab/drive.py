@@ -8,6 +8,7 @@
   error, or lost), and the longest time `tasks:web` held a task nobody took.
 - ``Node`` is one lab container: commands in it (podman exec, as root), its units, sshd
   and its network link.
+- ``notifications`` reads what the lab's ntfy stand-in holds of a topic, by polling it.
 - ``inventory_copy`` makes a copy of the lab inventory with the web worker on other hosts,
   as a user edits theirs.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import plistlib
 import re
@@ -394,6 +396,14 @@ class Coordinator:
 
     def alive_web_workers(self) -> list[dict]:
         return [w for w in self.workers().values() if w["kind"] == "web" and w["alive"]]
+
+
+def notifications(url: str) -> list[dict]:
+    """The messages an ntfy topic holds, oldest first, as a subscriber polls them:
+    ``<url>/json?poll=1`` (``url`` is the topic's, as in COORDINATOR_NOTIFY_URL)."""
+    answer = requests.get(f"{url.rstrip('/')}/json", params={"poll": "1"}, timeout=10)
+    answer.raise_for_status()
+    return [json.loads(line) for line in answer.text.splitlines() if line.strip()]
 
 
 @dataclass

@@ -490,10 +490,8 @@ class SearxngHandler(core.StandinHandler):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = core.command_line_parser(
-        NAME, "SearXNG", "GET /search?q=...&format=json answers deterministic made-up results")
-    args, values = core.parse_command_line(parser, SCHEMA, DEFAULT_PORT, argv)
-    core.serve(SearxngHandler, core.Store(NAME, SCHEMA, values), args.bind, args.port, "SearXNG")
+    core.main(SearxngHandler, SCHEMA, DEFAULT_PORT, "SearXNG",
+              "GET /search?q=...&format=json answers deterministic made-up results", argv)
 
 
 if __name__ == "__main__":

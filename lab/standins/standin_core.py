@@ -1,5 +1,5 @@
-"""What both stand-ins (ollama.py, searxng.py) share: settings from flags, environment and
-the control endpoint, the request counter, JSON and streamed answers, the server loop.
+"""What the stand-ins (ollama.py, searxng.py, ntfy.py) share: settings from flags, environment
+and the control endpoint, the request counter, JSON and streamed answers, the server loop.
 
 A stand-in takes its settings from command-line flags or ``STANDIN_*`` environment
 variables at start; ``GET``/``POST /_standin/config`` reads and changes them at runtime (a
@@ -249,7 +249,7 @@ class StandinHandler(BaseHTTPRequestHandler):
             return
         if self.turned_away(url):
             return
-        methods = self.routes.get(url.path)
+        methods = self.route(url.path)
         if methods is None:
             self.read_body()
             self.not_found()
@@ -264,6 +264,11 @@ class StandinHandler(BaseHTTPRequestHandler):
 
     # Every method goes to the one router: it answers 404 or 405 as the real server does.
     do_GET = do_HEAD = do_POST = do_DELETE = do_PUT = do_PATCH = dispatch
+
+    def route(self, path: str) -> dict[str, str] | None:
+        """The handlers of ``path`` by HTTP method, None for a path the server does not
+        know; a server whose paths hold names (ntfy's ``/<topic>``) matches patterns."""
+        return self.routes.get(path)
 
     def turned_away(self, url: SplitResult) -> bool:
         """Whether the server refused the request before routing it (then it has answered);
@@ -340,6 +345,14 @@ class StandinHandler(BaseHTTPRequestHandler):
             return
         self.log_message("settings changed: %s", json.dumps(changes, ensure_ascii=False))
         self.send_json(200, snapshot)
+
+
+def main(handler: type[StandinHandler], schema: Sequence[Setting], default_port: int, what: str,
+         answers: str, argv: Sequence[str] | None) -> None:
+    """A stand-in with no options but its settings: parse the command line, then serve."""
+    parser = command_line_parser(handler.standin_name, what, answers)
+    args, values = parse_command_line(parser, schema, default_port, argv)
+    serve(handler, Store(handler.standin_name, schema, values), args.bind, args.port, what)
 
 
 def serve(handler: type[StandinHandler], store: Store, bind: str, port: int, what: str) -> None:

@@ -1,4 +1,4 @@
-"""What both stand-ins share: the core they import, runs from a copied folder, start-up errors."""
+"""What the stand-ins share: the core they import, runs from a copied folder, start-up errors."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from .conftest import STANDINS
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 # What lab/prepare.yml copies onto a host for each stand-in.
 BESIDE = {"ollama": [STANDINS / "standin_core.py", REPO / "files" / "coordinator_contract.py"],
-          "searxng": [STANDINS / "standin_core.py"]}
+          "searxng": [STANDINS / "standin_core.py"],
+          "ntfy": [STANDINS / "standin_core.py"]}
 
 
 @pytest.mark.parametrize(
     ("module", "probe", "expected"),
-    [("ollama", "/", "Ollama is running"), ("searxng", "/healthz", "OK")],
+    [("ollama", "/", "Ollama is running"), ("searxng", "/healthz", "OK"),
+     ("ntfy", "/v1/health", '{"healthy":true}\n')],
 )
 def test_the_copied_files_run_on_the_standard_library(
     launch_file, tmp_path, module, probe, expected
