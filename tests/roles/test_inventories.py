@@ -75,6 +75,33 @@ def test_lab_inventory_has_the_same_shape_on_containers():
         assert values["node_address"].startswith("10.89.20."), host
 
 
+def lab_value(host: str, expression: str) -> object:
+    """What ``expression`` (Jinja) is for ``host`` of inventory/lab, templated by Ansible."""
+    result = run(["ansible", "-i", "inventory/lab", host, "-m", "ansible.builtin.debug",
+                  "-a", f"msg={{{{ {expression} }}}}"],
+                 ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"][host]["msg"]
+
+
+def test_the_lab_coordinator_notifies_the_lab_ntfy_stand_in_over_the_network():
+    data = inventory("lab")
+    hostvars = data["_meta"]["hostvars"]
+    receivers = [host for host, values in hostvars.items() if values.get("lab_ntfy_standin")]
+    assert receivers == ["lab-worker-slow"]
+    [coordinator] = hosts(data, "coordinator")
+    assert coordinator not in receivers  # the notifications cross the lab network
+    plays = yaml.safe_load((REPO / "lab" / "prepare.yml").read_text())
+    units = next(task for play in plays for task in play.get("tasks", [])
+                 if task["name"] == "Install the stand-ins' units")
+    port = next(item["port"] for item in units["loop"] if item["name"] == "ntfy")
+
+    url, fmt = lab_value(coordinator, "[coordinator_notify_url, coordinator_notify_format]")
+
+    assert fmt == "ntfy"
+    assert url == f"http://{hostvars['lab-worker-slow']['node_address']}:{port}/lab-cluster"
+
+
 @pytest.mark.parametrize("name", ["home", "lab"])
 def test_site_playbook_syntax(name):
     result = run(["ansible-playbook", "-i", f"inventory/{name}", "site.yml", "--syntax-check"])
