@@ -398,6 +398,15 @@ class Coordinator:
         return [w for w in self.workers().values() if w["kind"] == "web" and w["alive"]]
 
 
+def notify_url(core: Node) -> str:
+    """Where the lab Coordinator posts its notifications: COORDINATOR_NOTIFY_URL of the
+    environment file the coordinator role wrote on ``core``."""
+    env = core.sh("cat", "/etc/coordinator/coordinator.env", check=True).stdout
+    match = re.search(r'^COORDINATOR_NOTIFY_URL="([^"]+)"$', env, re.M)
+    assert match, "the lab Coordinator sends no notification (no COORDINATOR_NOTIFY_URL)"
+    return match.group(1)
+
+
 def notifications(url: str) -> list[dict]:
     """The messages an ntfy topic holds, oldest first, as a subscriber polls them:
     ``<url>/json?poll=1`` (``url`` is the topic's, as in COORDINATOR_NOTIFY_URL)."""

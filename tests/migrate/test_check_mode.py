@@ -17,14 +17,17 @@ That a no-op run after a repair changes nothing is proven by test_readme.py.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import coordinator_contract as contract
 import pytest
 import requests
 
+from lab import drive
 from lab import prometheus as lab_prometheus
 from lab.standins.ollama import DEFAULT_MODEL
+from lab.throwaway import wait_until
 
 OLD, NEW = "lab-worker-slow", "lab-macbookair"
 DB_HOST = "lab-ai-core"
@@ -46,6 +49,12 @@ DRIFT_TASKS = {
               WORKER_RESTART},
     OLD: {"ollama : Pull the models Ollama does not have yet", WORKER_SERVICES},
 }
+
+
+def web_notices(url: str, title: str, since: float) -> list[dict]:
+    """The notifications about tasks:web with that title since ``since`` (Unix time)."""
+    return [m for m in drive.notifications(url) if m.get("title") == title
+            and m["time"] >= int(since) and contract.WEB_QUEUE in m["message"]]
 
 
 # The alert that no web worker is alive (files/prometheus/coordinator.rules.yml).
@@ -184,9 +193,14 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     db.sh("pg_ctlcluster", "15", "main", "reload", check=True)
     db.sh("sed", "-i", 's/^SHUTDOWN_TIMEOUT=.*/SHUTDOWN_TIMEOUT="77"/', env_file, check=True)
     db.sh("sed", "-i", "s/^RestartSec=3$/RestartSec=9/", unit_file, check=True)
+    url, stopped = drive.notify_url(db), time.time()
     old_node.sh("systemctl", "stop", "web-worker.service", check=True)
     fired = prometheus.wait(NO_WEB_WORKER, firing=True,
                             within=prometheus.hold + 2 * prometheus.interval + 1)
+    # Without Prometheus too: the Coordinator's own notification, as the lab's ntfy receiver
+    # holds it for a subscriber.
+    problem = wait_until(lambda: web_notices(url, "Cluster problem", stopped), 30,
+                         "the notification that no worker consumes tasks:web")
     requests.delete(f"http://{old_node.address}:11434/api/delete",
                     json={"model": DEFAULT_MODEL}, timeout=10).raise_for_status()
     assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
@@ -232,6 +246,11 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     assert db.processes("worker_infer.py") != infer_pids
     cluster.assert_one_web_worker(OLD)
     resolved = prometheus.wait(NO_WEB_WORKER, firing=False, within=2 * prometheus.interval + 1)
+    recovered = wait_until(lambda: web_notices(url, "Cluster recovered", stopped), 30,
+                           "the notification that tasks:web has a consumer again")
+    assert problem[0]["message"].startswith(f"no alive worker consumes {contract.WEB_QUEUE}")
+    assert recovered[0]["message"].startswith(
+        f"recovered: no alive worker consumes {contract.WEB_QUEUE}")
     print(f"{NO_WEB_WORKER}: firing {fired:.1f} s after the stop (for: {prometheus.hold:g} s),"
           f" resolved {resolved:.1f} s after the repairing run")
     task = cluster.coordinator.search()
