@@ -6,10 +6,11 @@ to the notification the lab's ntfy receiver gets, with the program's default pro
 the Coordinator and the workers used over 90 s with each interval, and the probe tasks made.
 
 The scenario is a lab test, tests/migrate/test_probe_incident.py, run on demand (it takes up
-to 7 min with the default interval); this script runs it on a fresh lab and prints its
+to 15 min with the default interval: the notification waits for a second failed probe); this
+script runs it on a fresh lab and prints its
 figures (.lab/logs/test-migrate/probe-figures.json):
 
-    .venv/bin/python bench/probe_incident.py                  (about 20 min)
+    .venv/bin/python bench/probe_incident.py                  (about 25 min)
     .venv/bin/python bench/probe_incident.py --figures-only   (print the last run's figures)
 """
 
