@@ -128,18 +128,16 @@ class Prober(Background):
             report.acted = True
             await self._pass(conn, report)
         self._log(report)
-        try:
-            await withdraw(self.redis, report.withdrawn)
-        except Exception as exc:
-            log.warning("could not remove %d withdrawn probe(s) from Redis (%s): a worker "
-                        "that takes one finds no row and drops it",
-                        sum(map(len, report.withdrawn.values())), first_line(exc))
-        try:
-            await push(self.redis, report.sent)
-        except Exception as exc:
-            log.warning("could not push %d probe(s) to Redis (%s): the Reaper pushes them "
-                        "again after COORDINATOR_REPUSH_GRACE",
-                        sum(map(len, report.sent.values())), first_line(exc))
+        # After the commit, each on its own: a failure of one leaves the other to do.
+        for change, ids, unless in (
+                (withdraw, report.withdrawn, "could not remove %d withdrawn probe(s) from "
+                 "Redis (%s): a worker that takes one finds no row and drops it"),
+                (push, report.sent, "could not push %d probe(s) to Redis (%s): the Reaper "
+                 "pushes them again after COORDINATOR_REPUSH_GRACE")):
+            try:
+                await change(self.redis, ids)
+            except Exception as exc:
+                log.warning(unless, sum(map(len, ids.values())), first_line(exc))
         return report
 
     async def _pass(self, conn: psycopg.AsyncConnection, report: ProbeReport) -> None:
