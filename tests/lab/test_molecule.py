@@ -35,6 +35,12 @@ PROVEN_ELSEWHERE = {
         "tests/migrate: converged over HTTPS on the lab (health check over TLS), a second run "
         "changes nothing (test_readme.py), the unit's systemd-analyze "
         "exposure (test_hardening.py)"),
+    "python_service": (
+        "internal to the coordinator and worker roles: molecule/worker installs through it on "
+        "both nodes (the Coordinator's and the workers' virtualenv, code and user, a second "
+        "run not changed, the hardening both units take); tests/roles/test_worker_venv.py: "
+        "pip only when the requirements change; tests/roles/test_worker_darwin.py: its Mac "
+        "path, no root owner asked for; tests/migrate: the lab's converges"),
 }
 
 

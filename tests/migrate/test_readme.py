@@ -67,6 +67,7 @@ def make_mine(cluster, web_host: str) -> None:
     # lab's, with the lab's passphrase below, so the servers keep their certificates.
     shutil.copytree(lab.CLUSTER_CA_DIR, MINE / "cluster-ca")
     # cp vault.yml.example vault.yml, replace every CHANGE_ME, ansible-vault encrypt.
+    core = cluster.nodes["lab-ai-core"]
     example = (MINE / "group_vars" / "all" / "vault.yml.example").read_text()
     filled = (example
               .replace("vault_coordinator_db_password: CHANGE_ME",
@@ -84,7 +85,10 @@ def make_mine(cluster, web_host: str) -> None:
               .replace("vault_coordinator_metrics_token: CHANGE_ME",
                        f"vault_coordinator_metrics_token: {secret('coordinator_metrics_token')}")
               .replace("# ansible_become_password: CHANGE_ME",
-                       f"ansible_become_password: {lab.ADMIN_PASSWORD.read_text().split()[0]}"))
+                       f"ansible_become_password: {lab.ADMIN_PASSWORD.read_text().split()[0]}")
+              # The user's ntfy topic: the lab's receiver, which its Coordinator notifies now.
+              .replace('vault_coordinator_notify_url: ""',
+                       f"vault_coordinator_notify_url: {drive.notify_url(core)}"))
     assert not re.search(r":\s*CHANGE_ME\s*$", filled, re.M), filled
     (MINE / "group_vars" / "all" / "vault.yml").write_text(filled)
     VAULT_PASSWORD.write_text("the user's vault password\n")
