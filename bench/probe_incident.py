@@ -56,11 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--figures-only", action="store_true",
                         help="print the last run's figures without running the lab")
+    parser.add_argument("--case", action="append", choices=("default", "short"),
+                        help="run only this interval's case (repeatable; default: both)")
     args = parser.parse_args(argv)
     if not args.figures_only:
         FIGURES.unlink(missing_ok=True)
+        chosen = ["-k", " or ".join(args.case)] if args.case else []
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", TEST],
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", *chosen, TEST],
             cwd=ROOT, env={**os.environ, "LAB_PROBE_INCIDENT": "1"}, check=False)
         if done.returncode != 0:
             return done.returncode
