@@ -407,12 +407,18 @@ def notify_url(core: Node) -> str:
     return match.group(1)
 
 
-def notifications(url: str) -> list[dict]:
+def notifications(url: str, since: float | None = None, about: str = "",
+                  title: str = "") -> list[dict]:
     """The messages an ntfy topic holds, oldest first, as a subscriber polls them:
-    ``<url>/json?poll=1`` (``url`` is the topic's, as in COORDINATOR_NOTIFY_URL)."""
-    answer = requests.get(f"{url.rstrip('/')}/json", params={"poll": "1"}, timeout=10)
+    ``<url>/json?poll=1`` (``url`` is the topic's, as in COORDINATOR_NOTIFY_URL), from
+    ``since`` (Unix time, ntfy's ``since``) on; only those whose message holds ``about`` and,
+    given one, with that ``title``."""
+    params = {"poll": "1", **({"since": str(int(since))} if since is not None else {})}
+    answer = requests.get(f"{url.rstrip('/')}/json", params=params, timeout=10)
     answer.raise_for_status()
-    return [json.loads(line) for line in answer.text.splitlines() if line.strip()]
+    messages = [json.loads(line) for line in answer.text.splitlines() if line.strip()]
+    return [m for m in messages
+            if about in m.get("message", "") and (not title or m.get("title") == title)]
 
 
 @dataclass

@@ -51,12 +51,6 @@ DRIFT_TASKS = {
 }
 
 
-def web_notices(url: str, title: str, since: float) -> list[dict]:
-    """The notifications about tasks:web with that title since ``since`` (Unix time)."""
-    return [m for m in drive.notifications(url) if m.get("title") == title
-            and m["time"] >= int(since) and contract.WEB_QUEUE in m["message"]]
-
-
 # The alert that no web worker is alive (files/prometheus/coordinator.rules.yml).
 NO_WEB_WORKER = "CoordinatorNoWebWorker"
 
@@ -199,7 +193,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
                             within=prometheus.hold + 2 * prometheus.interval + 1)
     # Without Prometheus too: the Coordinator's own notification, as the lab's ntfy receiver
     # holds it for a subscriber.
-    problem = wait_until(lambda: web_notices(url, "Cluster problem", stopped), 30,
+    problem = wait_until(lambda: drive.notifications(url, stopped, contract.WEB_QUEUE,
+                                                     "Cluster problem"), 30,
                          "the notification that no worker consumes tasks:web")
     requests.delete(f"http://{old_node.address}:11434/api/delete",
                     json={"model": DEFAULT_MODEL}, timeout=10).raise_for_status()
@@ -246,7 +241,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     assert db.processes("worker_infer.py") != infer_pids
     cluster.assert_one_web_worker(OLD)
     resolved = prometheus.wait(NO_WEB_WORKER, firing=False, within=2 * prometheus.interval + 1)
-    recovered = wait_until(lambda: web_notices(url, "Cluster recovered", stopped), 30,
+    recovered = wait_until(lambda: drive.notifications(url, stopped, contract.WEB_QUEUE,
+                                                       "Cluster recovered"), 30,
                            "the notification that tasks:web has a consumer again")
     assert problem[0]["message"].startswith(f"no alive worker consumes {contract.WEB_QUEUE}")
     assert recovered[0]["message"].startswith(
