@@ -109,6 +109,20 @@ class Run:
     def changed(self) -> dict[str, int]:
         return {host: counts["changed"] for host, counts in self.recap.items()}
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether a Ctrl-C (``interrupt``) stopped the run: Ansible's own last words, or
+        SIGINT's exit where Python had no time to print them."""
+        return "User interrupted execution" in self.output or self.returncode == -signal.SIGINT
+
+    @property
+    def interrupt_swallowed(self) -> bool:
+        """Whether a Ctrl-C reached Ansible's main thread inside a callback, where Python
+        swallows the KeyboardInterrupt ("Exception ignored in: ..."), and the run then ended on
+        its own before the next press: nothing was cut (a task of milliseconds, the last of a
+        run, can end that way)."""
+        return not self.interrupted and "KeyboardInterrupt" in self.output
+
     def changed_results(self) -> int:
         """Task and handler results reported changed, counted in the output: unlike the
         recap, also there for a run cut short."""

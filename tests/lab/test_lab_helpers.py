@@ -45,6 +45,33 @@ def test_changed_results_counts_a_cut_run_without_a_recap():
     assert quiet.changed_results() == 0
 
 
+def test_a_swallowed_ctrl_c_is_told_from_a_cut_and_from_a_run_never_pressed():
+    # What a move printed when the press reached Ansible in a fork's callback (2026-12-06):
+    # Python ignored the KeyboardInterrupt, and the rollback's last task ended the run.
+    swallowed = (
+        "TASK [Note whether the host answered: lab-worker-slow] *************************\n"
+        "Exception ignored in: <function _releaseLock at 0x7fad76e5a0c0>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/work/run/.venv/lib/python3.11/site-packages/ansible/executor/'
+        'task_queue_manager.py", line 226, in _signal_handler\n'
+        "    raise KeyboardInterrupt()\n"
+        "KeyboardInterrupt: \n\n"
+        "TASK [Fail with what went wrong and what is true now] **************************\n"
+        "fatal: [lab-ai-core]: FAILED! => \n"
+    )
+    vain = drive.Run("migrate-web.yml", 2, swallowed, 40.0, Path("vain.log"))
+    assert (vain.interrupted, vain.interrupt_swallowed) == (False, True)
+    # Pressed again while it ran: cut, though the first press was swallowed.
+    cut = drive.Run("migrate-web.yml", 99, swallowed + "[ERROR]: User interrupted execution\n",
+                    20.0, Path("cut.log"))
+    assert (cut.interrupted, cut.interrupt_swallowed) == (True, False)
+    killed = drive.Run("migrate-web.yml", -2, "TASK [5. Undrain] ***\n", 9.0, Path("k.log"))
+    assert (killed.interrupted, killed.interrupt_swallowed) == (True, False)
+    never = drive.Run("migrate-web.yml", 2, "fatal: [lab-ai-core]: FAILED! => \n", 9.0,
+                      Path("n.log"))
+    assert (never.interrupted, never.interrupt_swallowed) == (False, False)
+
+
 def test_a_fault_hook_whose_line_never_appears_fails_the_run(tmp_path):
     playbook = tmp_path / "one.yml"
     playbook.write_text("- name: One play\n  hosts: localhost\n  gather_facts: false\n"
