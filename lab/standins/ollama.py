@@ -13,7 +13,8 @@ Ansible module use, closely enough that unchanged clients work against it:
   Ollama sends them: ``{"error": ...}`` inside the stream, or 500 when not streamed;
 - ``POST /api/generate`` and ``POST /api/chat``, streamed or not: the answer is a short,
   deterministic "summary" quoting the start of the prompt (Japanese is fine), spread over
-  the configured latency, with Ollama's final statistics (``done_reason``,
+  the configured latency and cut at ``options.num_predict`` pieces (``done_reason``
+  ``length``, in that share of the latency), with Ollama's final statistics (``done_reason``,
   ``total_duration``, ``eval_count``, ...).
 
 Unknown paths answer ``404 page not found`` as Ollama does. ``--state-file`` keeps the
@@ -283,6 +284,16 @@ def layers_for(name: str, weights: str = "") -> list[tuple[str, int]]:
     template, parameters), then its config (server/images.go, PullModel)."""
     config, *layers = blobs(name, weights)
     return [(blob["digest"], blob["size"]) for blob in [*layers, config]]
+
+
+def predict_limit(request: dict[str, Any]) -> int | None:
+    """The cap ``options.num_predict`` puts on the answer's tokens, or None: Ollama's runner
+    caps only at a positive value (-1, its default, and 0 generate until the model stops)."""
+    options = request.get("options")
+    limit = options.get("num_predict") if isinstance(options, dict) else None
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or limit != int(limit):
+        return None
+    return int(limit) if limit > 0 else None
 
 
 def compose_answer(prompt: str, model: str) -> str:
@@ -679,13 +690,23 @@ class OllamaHandler(core.StandinHandler):
         latency = self.store.for_model("model_latency", name)
         if latency is None:
             latency = self.store.get("latency")
+        # The latency is a whole answer's. options.num_predict caps the tokens generated:
+        # Ollama's runner ends the sequence there with done_reason "length"
+        # (runner/ollamarunner/runner.go; llm/server.go, DoneReasonLength), so a capped answer,
+        # such as the one-token generation that proves a model loads, takes its share.
+        done_reason = "stop"
+        limit = predict_limit(request)
+        if limit is not None and limit < len(pieces):
+            latency *= limit / len(pieces)
+            pieces, done_reason = pieces[:limit], "length"
+            text = "".join(pieces)
 
         def final(content: str) -> dict[str, Any]:
             total = time.monotonic_ns() - started
             load, prompt_eval = min(total // 10, 5_000_000), min(total // 10, 20_000_000)
             return {
                 **reply(content, True),
-                "done_reason": "stop",
+                "done_reason": done_reason,
                 "total_duration": total,
                 "load_duration": load,
                 "prompt_eval_count": len(prompt) // 2 + 1,

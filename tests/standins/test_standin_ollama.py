@@ -319,6 +319,28 @@ def test_latency_is_at_least_the_setting_streamed_or_not(ollama):
     assert chunks[-1]["total_duration"] >= 600_000_000
 
 
+def test_num_predict_cuts_the_answer_there_in_its_share_of_the_latency(ollama):
+    ollama.config(latency=1.2)
+    body = {"model": LFM, "prompt": PROMPT, "stream": False}
+    whole = post(ollama.url, "/api/generate", body).json()
+
+    started = time.monotonic()
+    one = post(ollama.url, "/api/generate", {**body, "options": {"num_predict": 1}}).json()
+    took = time.monotonic() - started
+    assert (one["done_reason"], one["eval_count"]) == ("length", 1), one
+    assert whole["response"].startswith(one["response"]) and one["response"], one
+    # The whole answer takes its 1.2 s; one of its pieces, that share of them.
+    assert whole["eval_count"] > 3 and took < 1.2 / 2, (took, whole["eval_count"])
+    chunks = ndjson(post(ollama.url, "/api/generate",
+                         {**body, "stream": True, "options": {"num_predict": 2}}))
+    assert [c["done"] for c in chunks] == [False, False, True]
+    assert (chunks[-1]["done_reason"], chunks[-1]["eval_count"]) == ("length", 2)
+    # Ollama's own "no limit" values, and a cap the answer does not reach, change nothing.
+    for options in ({"num_predict": -1}, {"num_predict": 0}, {"num_predict": 10_000}):
+        answer = post(ollama.url, "/api/generate", {**body, "options": options}).json()
+        assert (answer["response"], answer["done_reason"]) == (whole["response"], "stop")
+
+
 def test_requests_are_counted_per_endpoint(ollama):
     requests.get(f"{ollama.url}/api/tags", timeout=5)
     post(ollama.url, "/api/generate", {"model": LFM, "prompt": "x", "stream": False})
