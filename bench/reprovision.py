@@ -14,6 +14,8 @@ changed tasks). Variants, each repeated ``--repeats`` times, in rotation:
                  ANSIBLE_GATHERING=smart (the cache filled once before the timed runs)
     mitogen      Mitogen for Ansible's ``mitogen_linear`` strategy (requirements-bench.txt;
                  its own connection, so the ssh/sftp/scp counts read 0)
+    verbose      ``-vvv``, as the lab tests run every playbook (their output is searched for
+                 secrets): what that verbosity costs the controller
 
 Variants combine with ``+`` (``nopipelining+factcache``); ``variant:N`` sets its number of
 runs. Every run counts its ssh, sftp and scp commands (two-line shell wrappers set as
@@ -65,7 +67,7 @@ NETWORK = "bench-lab"
 SUBNET = "10.89.26.0/24"
 PREFIX = "bench-"
 VENV_BIN = REPO / ".venv" / "bin"
-FEATURES = ("nopipelining", "factcache", "mitogen")
+FEATURES = ("nopipelining", "factcache", "mitogen", "verbose")
 CONNECTION_PROGRAMS = ("ssh", "sftp", "scp")
 
 TASK_HEADER = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$")
@@ -404,7 +406,8 @@ def measure(bench: Bench, inventory: Path, nodes: int, variants: dict[str, int],
                 if time.monotonic() > deadline:
                     raise OutOfTime
                 label = f"{nodes} nodes, {variant}, run {repeat}"
-                run = bench.run(["ansible-playbook", "site.yml"], inventory,
+                verbosity = ["-vvv"] if "verbose" in features_of(variant) else []
+                run = bench.run(["ansible-playbook", *verbosity, "site.yml"], inventory,
                                 features_of(variant), forks,
                                 f"noop-{nodes}-{variant.replace('+', '-')}-{repeat}")
                 check_noop(run, label)
