@@ -6,8 +6,9 @@ web worker on lab-worker-slow):
    drain says it would, and drains nothing); site.yml's is the drift run of 3;
 2. a move checked (web_workers edited) says what a run would do, in one line where a step
    cannot be known without acting, rolls nothing back and changes nothing;
-3. drift made by hand (a pg_hba.conf line removed, an environment file and a unit edited, a
-   worker stopped, a model removed from Ollama): `site.yml --check --diff` reports each as
+3. drift made by hand (a pg_hba.conf line removed, an environment file and a unit edited, the
+   TLS key made world-readable, a worker stopped, a model removed from Ollama):
+   `site.yml --check --diff` reports each as
    changed, with the diff of each file, its secrets masked, and nothing else on any host,
    and leaves all of it as it is; site.yml then repairs it.
 
@@ -23,13 +24,20 @@ from collections.abc import Iterator
 import coordinator_contract as contract
 import pytest
 import requests
+import yaml
 
 from lab import drive
 from lab import prometheus as lab_prometheus
 from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import wait_until
+from tests.filter_kit import REPO
+from tests.filter_kit import cluster as cluster_filters
 
 OLD, NEW = "lab-worker-slow", "lab-macbookair"
+# The database host's TLS key, where the cluster_tls role keeps it.
+TLS_KEY = cluster_filters.cluster_tls_files(
+    yaml.safe_load((REPO / "roles" / "cluster_tls" / "defaults" / "main.yml").read_text())[
+        "cluster_tls_dir"])["key"]
 DB_HOST = "lab-ai-core"
 CHECK = ("--check", "--diff")
 UPGRADE = ("-e", "upgrade_model_tasks=6")
@@ -38,12 +46,14 @@ UNTRUE = ("rolled back", "did not come up", "Roll back -")
 WORKER_SERVICES = "worker : Set each worker's service state"
 WORKER_RESTART = "worker : Restart the workers whose files or virtualenv changed"
 # What site.yml --check reports changed after the drift test's edits, per host: the pg_hba.conf
-# line and its reload, the inference worker's environment file and unit and so its restart
-# (the database host); the model's pull and the stopped web worker's start (the web host).
+# line and its reload, the TLS key's mode, the inference worker's environment file and unit
+# and so its restart (the database host); the model's pull and the stopped web worker's start
+# (the web host).
 DRIFT_TASKS = {
     DB_HOST: {"postgresql_access : Configure | one pg_hba.conf line per worker host "
               "(managed block)",
               "postgresql_access : Reload postgresql",
+              "cluster_tls : Host | server key",
               "worker : Write the workers' environment files (hold secrets)",
               "worker : Install the workers' systemd units",
               WORKER_RESTART},
@@ -75,6 +85,10 @@ def hba_file(cluster) -> str:
 
 def read(node, path: str) -> str:
     return node.sh("cat", path, check=True).stdout
+
+
+def key_mode(node) -> str:
+    return node.sh("stat", "-c", "%U:%G %a", TLS_KEY, check=True).stdout.strip()
 
 
 def ollama_models(cluster, host: str) -> list[str]:
@@ -182,9 +196,11 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     assert not prometheus.firing(NO_WEB_WORKER)
 
     # The drift, by hand: the web host's pg_hba.conf line, the database host's inference
-    # worker's environment file and unit, the web worker stopped, its host's model deleted.
+    # worker's environment file and unit and its TLS key's mode, the web worker stopped, its
+    # host's model deleted.
     db.sh("sed", "-i", f"/{old_node.address}\\/32/d", hba, check=True)
     db.sh("pg_ctlcluster", "15", "main", "reload", check=True)
+    db.sh("chmod", "0644", TLS_KEY, check=True)
     db.sh("sed", "-i", 's/^SHUTDOWN_TIMEOUT=.*/SHUTDOWN_TIMEOUT="77"/', env_file, check=True)
     db.sh("sed", "-i", "s/^RestartSec=3$/RestartSec=9/", unit_file, check=True)
     url, stopped = drive.notify_url(db), time.time()
@@ -199,7 +215,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     requests.delete(f"http://{old_node.address}:11434/api/delete",
                     json={"model": DEFAULT_MODEL}, timeout=10).raise_for_status()
     assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
-    drifted = {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file)}
+    drifted = {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file),
+               "key": key_mode(db)}
     infer_pids = db.processes("worker_infer.py")
 
     checked = cluster.playbooks.run("site.yml", cluster.inventory(OLD), *CHECK)
@@ -225,8 +242,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
         out[-6000:])
 
     # Left as it is.
-    assert {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file)} == (
-        drifted)
+    assert {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file),
+            "key": key_mode(db)} == drifted
     assert not old_node.worker_active()
     assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
     assert db.processes("worker_infer.py") == infer_pids
@@ -236,6 +253,7 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     assert repaired.changed()[DB_HOST] > 0 and repaired.changed()[OLD] > 0
     assert re.search(rf"\s{re.escape(old_node.address)}/32\s", read(db, hba))
     assert (read(db, env_file), read(db, unit_file)) == (env_before, unit_before)
+    assert key_mode(db) == "root:ssl-cert 640"
     assert contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
     # The inference worker restarted with its files; the web worker serves again.
     assert db.processes("worker_infer.py") != infer_pids
