@@ -6,7 +6,8 @@ task no worker took (a time without a consumer).
 
 The scenarios are the tests' own (tests/migrate/test_faults.py and the others), so the figures
 describe exactly what ./dev test checks; the tests assert no timing, they only record these
-(.lab/logs/test-migrate/figures.json). The figures in docs/benchmarks.md come from:
+(.lab/logs/test-migrate*/figures.json, one for each lab). The figures in docs/benchmarks.md
+come from:
 
     .venv/bin/python bench/migration_faults.py            (about 15 min: builds a fresh lab)
     .venv/bin/python bench/migration_faults.py --figures-only   (print the last run's figures)
@@ -22,7 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURES = ROOT / ".lab" / "logs" / "test-migrate" / "figures.json"
+LOGS = ROOT / ".lab" / "logs"
+# One file for each lab the suite ran on (tests/migrate/conftest.py).
+FIGURES = "test-migrate*/figures.json"
 
 
 def table(figures: dict) -> list[str]:
@@ -53,10 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         if done.returncode != 0:
             print(f"tests/migrate failed (exit {done.returncode}): the figures below are "
                   "from the cases that ran", file=sys.stderr)
-    if not FIGURES.exists():
-        print(f"no figures: {FIGURES} is missing (the lab suite did not run)", file=sys.stderr)
+    files = sorted(LOGS.glob(FIGURES))
+    if not files:
+        print(f"no figures: no {LOGS / FIGURES} (the lab suite did not run)", file=sys.stderr)
         return 1
-    print("\n".join(table(json.loads(FIGURES.read_text()))))
+    figures: dict[str, list] = {"playbooks": [], "traffic": []}
+    for path in files:
+        for key, rows in json.loads(path.read_text()).items():
+            figures[key] += rows
+    print("\n".join(table(figures)))
     return 0
 
 

@@ -261,19 +261,24 @@ WORKER_DEFAULTS = yaml.safe_load((REPO / "roles" / "worker" / "defaults" / "main
 
 @dataclass
 class Node:
-    """One lab container. ``kind`` is ``linux`` (systemd units) or ``macos`` (the Mac-shaped
-    node: launchd agents of its login user, lab/macos/)."""
+    """One lab host, in its container. ``kind`` is ``linux`` (systemd units) or ``macos`` (the
+    Mac-shaped node: launchd agents of its login user, lab/macos/). ``container`` is the
+    container's name where it is not the host's (a second lab, lab.second_lab_inventory)."""
 
     name: str
     address: str
     network: str
     kind: str = "linux"
+    container: str = ""
+
+    def __post_init__(self) -> None:
+        self.container = self.container or self.name
 
     def sh(self, *argv: str, check: bool = False, timeout: float = 120,
            input_text: str | None = None, user: str | None = None
            ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(["podman", "exec", "--interactive",
-                               *(["--user", user] if user else []), self.name, *argv],
+                               *(["--user", user] if user else []), self.container, *argv],
                               env=env(), capture_output=True, text=True, check=False,
                               timeout=timeout, input=input_text)
         if check and done.returncode != 0:
@@ -354,12 +359,13 @@ class Node:
     def disconnect(self) -> None:
         """The host leaves the LAN (powered off, Wi-Fi gone): nothing reaches it, and its
         workers reach nothing."""
-        lab.podman("network", "disconnect", "--force", self.network, self.name, capture=True)
+        lab.podman("network", "disconnect", "--force", self.network, self.container,
+                   capture=True)
 
     def connect(self) -> None:
         """Back on the LAN, and answering: its sshd is reached again (a first connection
         right after the interface comes back can time out)."""
-        lab.podman("network", "connect", "--ip", self.address, self.network, self.name,
+        lab.podman("network", "connect", "--ip", self.address, self.network, self.container,
                    capture=True)
         wait_for_port(22, 60, f"sshd of {self.name}", host=self.address)
 

@@ -109,6 +109,12 @@ class Lab:
     outsider: tuple[str, str]  # name, address of the container in no group
     coordinator_url: str | None  # the API of the Coordinator host (None: the lab has none)
     node_kinds: dict[str, str] = field(default_factory=dict)  # name -> kind, when not linux
+    # name -> the container's name, where it differs (host var lab_container): a second lab
+    # of the same hosts on its own network (second_lab_inventory).
+    containers: dict[str, str] = field(default_factory=dict)
+
+    def container(self, name: str) -> str:
+        return self.containers.get(name, name)
 
 
 def load_lab(inventory: Path = INVENTORY) -> Lab:
@@ -120,6 +126,8 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
     nodes = {name: str(vars_["node_address"]) for name, vars_ in lab_nodes.items()}
     node_kinds = {name: str(vars_["lab_node_kind"]) for name, vars_ in lab_nodes.items()
                   if "lab_node_kind" in vars_}
+    containers = {name: str(vars_["lab_container"]) for name, vars_ in lab_nodes.items()
+                  if "lab_container" in vars_}
     outsider = (str(settings["lab_outsider_name"]), str(settings["lab_outsider_address"]))
     coordinator = hosts["all"]["children"].get("coordinator", {}).get("hosts") or {}
     url = None
@@ -129,7 +137,36 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
         scheme = cluster["cluster_coordinator_url"].strip().split("://", 1)[0]
         url = f"{scheme}://{nodes[next(iter(coordinator))]}:{cluster['coordinator_port']}"
     return Lab(settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes,
-               outsider, url, node_kinds)
+               outsider, url, node_kinds, containers)
+
+
+def second_lab_inventory(number: int, source: Path = INVENTORY,
+                         target: Path | None = None) -> Path:
+    """A copy of the lab inventory for lab ``number`` (2 or more) beside the first: the same
+    hosts and settings on the network coordinator-lab<number>, 10.89.<19 + number>.0/24, each
+    host in a container named lab<number>-<host> (``lab_container``). Written to
+    .lab/inventory-lab<number>, two levels below the repository like inventory/lab, so its
+    relative paths to .lab/ (secrets, the SSH key, the cluster CA, the wheelhouse) resolve
+    the same way: the labs share them."""
+    target = target or STATE_DIR / f"inventory-lab{number}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)  # links (cluster.yml) copied as the files they point to
+    first_net = ".".join(str(load_lab(source).subnet).split(".")[:3]) + "."
+    net = f"10.89.{19 + number}."
+    hosts_file = target / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    for name, vars_ in hosts["all"]["children"]["lab_nodes"]["hosts"].items():
+        vars_["node_address"] = str(vars_["node_address"]).replace(first_net, net, 1)
+        vars_["lab_container"] = f"lab{number}-{name.removeprefix('lab-')}"
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    lab_file = target / "group_vars" / "all" / "lab.yml"
+    settings = yaml.safe_load(lab_file.read_text())
+    settings["lab_network"] = f"{settings['lab_network']}{number}"
+    settings["lab_subnet"] = settings["lab_subnet"].replace(first_net, net, 1)
+    settings["lab_outsider_name"] = f"lab{number}-outsider"
+    settings["lab_outsider_address"] = settings["lab_outsider_address"].replace(first_net, net, 1)
+    lab_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return target
 
 
 def verify_for(url: str) -> str | bool:
@@ -232,7 +269,7 @@ def wait_for_systemd(name: str, timeout: float = 60) -> None:
 
 
 def start_container(network: str, image: str, name: str, address: str,
-                    command: tuple[str, ...] = ("/sbin/init",)) -> None:
+                    command: tuple[str, ...] = ("/sbin/init",), hostname: str = "") -> None:
     if exists("container", name):
         podman("start", name, capture=True)
         return
@@ -244,7 +281,7 @@ def start_container(network: str, image: str, name: str, address: str,
         "--name",
         name,
         "--hostname",
-        name,
+        hostname or name,
         "--network",
         network,
         "--ip",
@@ -305,9 +342,11 @@ def ssh_login(address: str, user: str = ADMIN_USER) -> subprocess.CompletedProce
 
 
 def up(network: str, subnet: str, image: str, nodes: dict[str, str],
-       node_kinds: dict[str, str] | None = None) -> None:
+       node_kinds: dict[str, str] | None = None,
+       hostnames: dict[str, str] | None = None) -> None:
     """Start (or restart) one systemd container per node at its address, reachable over SSH;
-    ``node_kinds`` names the nodes that are not of kind linux."""
+    ``node_kinds`` names the nodes that are not of kind linux, ``hostnames`` the ones whose
+    host name is not their container's name."""
     started = time.monotonic()
     known = kinds()
     of = {name: known[(node_kinds or {}).get(name, "linux")] for name in nodes}
@@ -318,7 +357,8 @@ def up(network: str, subnet: str, image: str, nodes: dict[str, str],
     if not exists("network", network):
         podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():
-        start_container(network, of[name].image or image, name, address, of[name].command)
+        start_container(network, of[name].image or image, name, address, of[name].command,
+                        (hostnames or {}).get(name, name))
     for name, address in nodes.items():
         wait_for_systemd(name)
         grant_access(name, public_key, password, of[name])
@@ -367,10 +407,12 @@ def down(network: str, names: list[str]) -> None:
 
 def create(lab: Lab, outsider: bool = False) -> None:
     ensure_secrets()
-    nodes = dict(lab.nodes)
+    nodes = {lab.container(name): address for name, address in lab.nodes.items()}
     if outsider:
         nodes[lab.outsider[0]] = lab.outsider[1]
-    up(lab.network, lab.subnet, lab.image, nodes, lab.node_kinds)
+    up(lab.network, lab.subnet, lab.image, nodes,
+       {lab.container(name): kind for name, kind in lab.node_kinds.items()},
+       {lab.container(name): name for name in lab.nodes})
 
 
 def labelled(network: str) -> list[str]:
@@ -388,7 +430,7 @@ def labelled(network: str) -> list[str]:
 
 
 def destroy(lab: Lab) -> None:
-    down(lab.network, list(lab.nodes))
+    down(lab.network, [lab.container(name) for name in lab.nodes])
     print("lab removed (secrets, the SSH key and the apt cache stay in .lab/)")
 
 

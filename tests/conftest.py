@@ -1,10 +1,11 @@
 """Shared fixtures: throwaway PostgreSQL and Redis servers for the whole test session, and
 the check that podman can run the lab's containers.
 
-Under ``pytest -n 2`` (what ``./dev test`` runs) the tests form two groups, each run in
-order by one process: the lab suites (``LAB_SUITES``, on the one lab under .lab/lab.lock,
-about three quarters of the time) and all the others, with the Molecule scenarios (their own
-containers, networks and lock) last, beside the second half of the lab suites.
+Under ``pytest -n 3`` (what ``./dev test`` runs) the tests form three groups, each run in
+order by one process: the lab suites (``LAB_SUITES``) on the lab under .lab/lab.lock; the
+fault cases (``SECOND_LAB_SUITES``) on a second lab of the same hosts (.lab/lab2.lock), then
+the Molecule scenarios (their own containers, networks and lock); and all the others. The lab
+suites wait on their playbooks far more than they compute, so the three share two cores.
 
 The repository's module_utils are importable as ``ansible.module_utils.<name>``, where Ansible
 puts them for a module, so tests import the modules of library/ as they are.
@@ -53,6 +54,9 @@ _alias_module_utils()
 # their own: together, every test that starts containers (the tests that need
 # ``podman_ready``).
 LAB_SUITES = ("tests/migrate/",)
+# The lab suites that run on a second lab, in a process of their own (tests/migrate/conftest.py):
+# the fault cases, about as long as the other lab suites together.
+SECOND_LAB_SUITES = ("tests/migrate/test_faults.py",)
 MOLECULE_SUITE = "tests/lab/test_molecule.py"
 # Like the Molecule scenarios: containers of their own on networks of their own (the Mac
 # node's under the Molecule lock, lab/lab.py's test on coordinator-labtest), so they run
@@ -71,22 +75,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"{misplaced[0]} starts containers (it needs podman_ready) but its file is not in "
             "CONTAINER_SUITES of tests/conftest.py: add it there, so it runs in a container "
             "group")
-    # The Molecule scenarios after every other test of their group: by then the lab suites
-    # have built the image and the wheelhouse, and the CPU-heavy suites of the group are done.
+    # The Molecule scenarios after every other test of their group: by then the second lab
+    # has built the image and the wheelhouse, and is taken down.
     items.sort(key=lambda item: item.nodeid.startswith(MOLECULE_SUITE))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's scheduler, with two scopes: the lab suites and the rest.
+    """pytest-xdist's scheduler, with three scopes, one for each process of ``-n 3``: the lab
+    suites on the first lab; those on the second lab, then the Molecule scenarios; the rest.
     (``--dist loadgroup`` would do it with markers, but xdist 3.8 sets the group on a node
     id attribute pytest 9.2 no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class LabBesideTheRest(LoadScopeScheduling):
+    class LabsBesideTheRest(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith((*SECOND_LAB_SUITES, MOLECULE_SUITE)):
+                return "second lab"
             return "lab" if nodeid.startswith(LAB_SUITES) else "others"
 
-    return LabBesideTheRest(config, log)
+    return LabsBesideTheRest(config, log)
 
 
 @pytest.fixture(scope="session")

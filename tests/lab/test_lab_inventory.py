@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from lab.lab import load_lab
+from lab.lab import load_lab, second_lab_inventory
 
 
 def test_lab_nodes_have_fixed_addresses_in_the_lab_subnet():
@@ -16,3 +16,19 @@ def test_lab_nodes_have_fixed_addresses_in_the_lab_subnet():
     for address in [*lab.nodes.values(), lab.outsider[1]]:
         assert ipaddress.ip_address(address) in subnet
     assert len(set(lab.nodes.values()) | {lab.outsider[1]}) == len(lab.nodes) + 1
+
+
+def test_a_second_lab_has_the_same_hosts_in_containers_of_its_own_on_its_own_network(tmp_path):
+    first = load_lab()
+    second = load_lab(second_lab_inventory(2, target=tmp_path / "inventory-lab2"))
+    assert list(second.nodes) == list(first.nodes) and second.node_kinds == first.node_kinds
+    assert (second.network, second.subnet) == ("coordinator-lab2", "10.89.21.0/24")
+    assert second.nodes == {name: address.replace("10.89.20.", "10.89.21.")
+                            for name, address in first.nodes.items()}
+    assert {name: second.container(name) for name in second.nodes} == {
+        "lab-ai-core": "lab2-ai-core", "lab-worker-slow": "lab2-worker-slow",
+        "lab-macbookair": "lab2-macbookair"}
+    assert second.outsider == ("lab2-outsider", "10.89.21.99")
+    assert second.coordinator_url == first.coordinator_url.replace("10.89.20.", "10.89.21.")
+    # The first lab's containers are named as its hosts.
+    assert [first.container(name) for name in first.nodes] == list(first.nodes)

@@ -1,17 +1,22 @@
-"""The converged three-node lab, built once for every module of tests/migrate/.
+"""The converged three-node lab, built for the modules of tests/migrate/, on two labs of the
+same hosts at once where pytest runs in several processes.
 
-The lab is created fresh, the stand-ins installed (lab/prepare.yml) and the cluster
-converged with site.yml, reached over SSH as admin with sudo like a real cluster, with
-pipelining off for that first converge (Ansible's own default). The modules then move the
-web worker back and forth and break things on the way; they run in ORDER, each starting
-from a converged lab with one web worker, wherever the previous one left it. Every
-playbook runs at -vvv and its output is kept for the secrets check (test_secrets.py) and in
-.lab/logs/test-migrate/ for failures. They hold .lab/lab.lock; the Molecule scenarios, on
-networks of their own, may run beside them.
+A lab is created fresh, the stand-ins installed (lab/prepare.yml) and the cluster converged
+with site.yml, reached over SSH as admin with sudo like a real cluster, with pipelining off
+for that first converge (Ansible's own default). The modules then move the web worker back
+and forth and break things on the way; they run in ORDER, each starting from a converged lab
+with one web worker, wherever the previous one left it. Most modules run on the first lab
+(inventory/lab); the fault cases (SECOND_LAB_SUITES of tests/conftest.py) on a second one,
+the same hosts in containers of their own on their own network (lab.second_lab_inventory),
+in another pytest process, beside them. Every playbook runs at -vvv and its output is kept
+for the secrets check (test_secrets.py on the first lab; on the second, when it is taken
+down) and in .lab/logs/test-migrate*/ for failures. Each lab holds its own lock; the Molecule
+scenarios, on networks of their own, may run beside them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,9 +27,9 @@ import requests
 
 from lab import drive, lab
 from lab.throwaway import wait_until
+from tests.conftest import SECOND_LAB_SUITES
 
 LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
-FIGURES = LOG_DIR / "figures.json"
 # A test that needs the web worker on one side (the Linux host for systemd's stop, the Mac
 # for launchd's reload) pays a whole move when the test before left it on the other: in this
 # order, and test_faults.py's, each finds it where it needs it (test_faults.py ends with it
@@ -52,6 +57,7 @@ class Cluster:
     """The lab as a user drives it, with the lab's inventory and a client of its API."""
 
     the_lab: lab.Lab
+    source: Path  # its inventory: inventory/lab, or the second lab's copy of it
     playbooks: drive.Playbooks
     coordinator: drive.Coordinator
     nodes: dict[str, drive.Node]
@@ -72,8 +78,11 @@ class Cluster:
 
     def inventory(self, web_host: str, name: str | None = None,
                   host_vars: dict[str, dict] | None = None) -> Path:
-        """The lab inventory with the web worker on ``web_host``."""
-        return drive.inventory_copy(name or f"web-on-{web_host}", [web_host], host_vars)
+        """The lab's inventory with the web worker on ``web_host``."""
+        label = "" if self.source == lab.INVENTORY else (
+            self.source.name.removeprefix("inventory-") + "-")
+        return drive.inventory_copy(label + (name or f"web-on-{web_host}"), [web_host],
+                                    host_vars, self.source)
 
     def other(self, host: str) -> str:
         return next(h for h in WORKER_HOSTS if h != host)
@@ -132,27 +141,37 @@ class Cluster:
         assert self.nodes[web_host].processes() == [alive[0]["pid"]]
 
 
-@pytest.fixture(scope="package")
-def cluster(podman_ready: None) -> Iterator[Cluster]:
-    with lab.exclusive():
-        the_lab = lab.load_lab()
+@contextlib.contextmanager
+def bring_up(number: int) -> Iterator[Cluster]:
+    """Lab ``number`` (1: inventory/lab), created, prepared and converged, then removed."""
+    source = lab.INVENTORY if number == 1 else lab.second_lab_inventory(number)
+    log_dir = LOG_DIR if number == 1 else LOG_DIR.with_name(f"{LOG_DIR.name}-lab{number}")
+    with lab.exclusive(lab.LOCK if number == 1 else lab.STATE_DIR / f"lab{number}.lock"):
+        the_lab = lab.load_lab(source)
         lab.destroy(the_lab)
         lab.create(the_lab)
-        playbooks = drive.Playbooks(LOG_DIR, verbose=True)
+        playbooks = drive.Playbooks(log_dir, verbose=True)
         core = the_lab.nodes["lab-ai-core"]
         password = (lab.SECRETS_DIR / "redis_password").read_text().split()[0]
         cluster = Cluster(
-            the_lab, playbooks, drive.Coordinator(the_lab.coordinator_url),
-            {name: drive.Node(name, address, the_lab.network, the_lab.node_kinds.get(name, "linux"))
+            the_lab, source, playbooks, drive.Coordinator(the_lab.coordinator_url),
+            {name: drive.Node(name, address, the_lab.network,
+                              the_lab.node_kinds.get(name, "linux"), the_lab.container(name))
              for name, address in the_lab.nodes.items()},
             # The redis role's admin user (`default` is off), over TLS with the lab's CA.
             f"rediss://{lab.REDIS_ADMIN_USER}:{password}@{core}:6379/0"
             f"?ssl_ca_certs={lab.CLUSTER_CA_CERT}")
         try:
-            prepared = playbooks.run("lab/prepare.yml", lab.INVENTORY)
+            prepared = playbooks.run("lab/prepare.yml", source)
             assert prepared.returncode == 0, prepared.output[-5000:]
-            cluster.first_converge = playbooks.run("site.yml", lab.INVENTORY,
-                                                   extra_env={"ANSIBLE_PIPELINING": "0"})
+            with contextlib.ExitStack() as making_the_ca:
+                # The labs share the cluster CA in .lab/: the converge that makes it runs
+                # alone, the others after it.
+                making_the_ca.enter_context(lab.exclusive(lab.STATE_DIR / "cluster-ca.lock"))
+                if lab.CLUSTER_CA_CERT.exists():
+                    making_the_ca.close()
+                cluster.first_converge = playbooks.run("site.yml", source,
+                                                       extra_env={"ANSIBLE_PIPELINING": "0"})
             assert cluster.first_converge.returncode == 0, cluster.first_converge.output[-5000:]
             # Every Ollama stand-in as fast as the fast node's: one web worker then keeps up
             # with a search every 2 s (the slow node's 3 s would let tasks:web grow, and a
@@ -162,8 +181,35 @@ def cluster(podman_ready: None) -> Iterator[Cluster]:
                 requests.post(f"http://{address}:11434/_standin/config",
                               json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
             yield cluster
+            if number != 1:
+                # test_secrets.py's check, for the runs it does not see.
+                from .test_secrets import assert_no_secret_in
+                assert_no_secret_in(cluster)
         finally:
-            LOG_DIR.mkdir(parents=True, exist_ok=True)
-            FIGURES.write_text(json.dumps({"playbooks": playbooks.timings,
-                                           "traffic": cluster.figures}, indent=1))
+            log_dir.mkdir(parents=True, exist_ok=True)
+            (log_dir / "figures.json").write_text(json.dumps(
+                {"playbooks": playbooks.timings, "traffic": cluster.figures}, indent=1))
             lab.destroy(the_lab)
+
+
+@pytest.fixture(scope="package")
+def labs(podman_ready: None) -> Iterator[dict[int, Cluster]]:
+    """The labs this process has brought up, by number; each is brought up when a module first
+    needs it (a process runs the modules of one lab) and removed with the package."""
+    with contextlib.ExitStack() as stack:
+        yield LabsByNumber(stack)
+
+
+class LabsByNumber(dict):
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        super().__init__()
+        self.stack = stack
+
+    def __missing__(self, number: int) -> Cluster:
+        self[number] = self.stack.enter_context(bring_up(number))
+        return self[number]
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest, labs: dict[int, Cluster]) -> Cluster:
+    return labs[2 if request.node.nodeid.startswith(SECOND_LAB_SUITES) else 1]

@@ -22,12 +22,12 @@ MAC, LINUX = "lab-macbookair", "lab-worker-slow"
 
 def test_nobody_logged_in_at_the_mac_is_named_and_nothing_changes_anywhere(cluster) -> None:
     web = cluster.web_host()
-    mac.logout(MAC)
+    mac.logout(cluster.nodes[MAC].container)
     try:
         site = cluster.playbooks.run("site.yml", cluster.inventory(web))
         move = cluster.migrate(cluster.other(web))
     finally:
-        mac.login(MAC)
+        mac.login(cluster.nodes[MAC].container)
     named = (f"{MAC}: {mac.USER} is not logged in at the console, so launchd has no "
              f"gui/{mac.UID} domain for its agents")
     for run in (site, move):
@@ -84,8 +84,8 @@ def test_a_move_off_the_mac_cut_short_then_a_login_leaves_one_web_worker(cluster
         assert cluster.nodes[MAC].worker_installed(), "the cut came after the plist's removal"
         # The Mac restarts and its user logs in: launchd loads every agent it finds, except
         # the disabled ones; the old web worker stays off.
-        mac.logout(MAC)
-        mac.login(MAC)
+        mac.logout(cluster.nodes[MAC].container)
+        mac.login(cluster.nodes[MAC].container)
         wait_until(lambda: cluster.nodes[MAC].processes("worker_infer.py"), 60,
                    "the Mac's inference worker started by launchd at login")
         assert cluster.nodes[MAC].processes() == []
@@ -97,12 +97,12 @@ def test_a_move_off_the_mac_cut_short_then_a_login_leaves_one_web_worker(cluster
 def test_local_network_denied_stops_the_move_onto_the_mac_and_the_old_worker_serves(
         cluster) -> None:
     old = cluster.linux_web_host()
-    mac.localnet_deny(MAC)
+    mac.localnet_deny(cluster.nodes[MAC].container)
     try:
         run = cluster.playbooks.run("migrate-web.yml", cluster.inventory(
             MAC, "mac-localnet", {MAC: {"worker_register_retries": 5}}))
     finally:
-        mac.localnet_allow(MAC)
+        mac.localnet_allow(cluster.nodes[MAC].container)
     assert run.returncode != 0
     text = run.unfolded()
     # The checks over SSH passed (SSH sessions are not denied); the worker launchd started
@@ -127,12 +127,12 @@ def test_ollama_app_on_the_port_is_named_before_any_change(cluster) -> None:
     node.sh("launchctl", "bootout", f"gui/{mac.UID}/com.ollama.serve", user=mac.USER,
             check=True)
     wait_until(lambda: not node.processes("ollama serve"), 30, "the role's Ollama agent gone")
-    mac.ollama_app_start(MAC)
+    mac.ollama_app_start(cluster.nodes[MAC].container)
     try:
         wait_until(lambda: node.processes("Ollama.app"), 30, "Ollama.app's server")
         refused = cluster.playbooks.run("site.yml", cluster.inventory(web))
     finally:
-        mac.ollama_app_stop(MAC)
+        mac.ollama_app_stop(cluster.nodes[MAC].container)
     assert refused.returncode != 0
     text = refused.unfolded()
     assert (f"listens on port 11434 on {MAC}, where the role's com.ollama.serve must serve (its "

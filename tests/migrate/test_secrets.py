@@ -330,12 +330,18 @@ def secrets_in_use(cluster) -> dict[str, str]:
     return secrets
 
 
-def test_no_secret_in_any_verbose_output(cluster) -> None:
+def assert_no_secret_in(cluster) -> None:
+    """No secret in use in the -vvv output of any playbook run on ``cluster`` so far."""
     outputs = cluster.playbooks.outputs
     assert len(outputs) >= 2  # the bring-up's, at least
     for name, value in secrets_in_use(cluster).items():
-        leaks = [index for index, output in enumerate(outputs) if value in output]
-        assert not leaks, f"{name} appears in the -vvv output of playbook runs {leaks}"
+        leaks = [str(run.log) for run, output in zip(cluster.playbooks.runs, outputs, strict=True)
+                 if value in output]
+        assert not leaks, f"{name} appears in the -vvv output of the playbook runs {leaks}"
+
+
+def test_no_secret_in_any_verbose_output(cluster) -> None:
+    assert_no_secret_in(cluster)
 
 
 def test_a_routed_web_task_crosses_the_lab_network_only_encrypted(cluster) -> None:
