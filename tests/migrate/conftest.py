@@ -164,14 +164,13 @@ def bring_up(number: int) -> Iterator[Cluster]:
         try:
             prepared = playbooks.run("lab/prepare.yml", source)
             assert prepared.returncode == 0, prepared.output[-5000:]
-            with contextlib.ExitStack() as making_the_ca:
-                # The labs share the cluster CA in .lab/: the converge that makes it runs
-                # alone, the others after it.
-                making_the_ca.enter_context(lab.exclusive(lab.STATE_DIR / "cluster-ca.lock"))
-                if lab.CLUSTER_CA_CERT.exists():
-                    making_the_ca.close()
-                cluster.first_converge = playbooks.run("site.yml", source,
-                                                       extra_env={"ANSIBLE_PIPELINING": "0"})
+            # The labs share the cluster CA in .lab/: made once, before their converges.
+            with lab.exclusive(lab.STATE_DIR / "cluster-ca.lock"):
+                if not lab.CLUSTER_CA_CERT.exists():
+                    made = playbooks.run("lab/cluster_ca.yml", source)
+                    assert made.returncode == 0, made.output[-5000:]
+            cluster.first_converge = playbooks.run("site.yml", source,
+                                                   extra_env={"ANSIBLE_PIPELINING": "0"})
             assert cluster.first_converge.returncode == 0, cluster.first_converge.output[-5000:]
             # Every Ollama stand-in as fast as the fast node's: one web worker then keeps up
             # with a search every 2 s (the slow node's 3 s would let tasks:web grow, and a
