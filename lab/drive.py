@@ -295,13 +295,17 @@ class Node:
             else "/opt/coordinator-worker"
 
     @property
-    def cluster_ca_file(self) -> str:
-        """The cluster CA's certificate on the node, where cluster_tls puts it: the lab
-        inventory's cluster_tls_dir, the Mac's own in its user's home (inventory/home's
-        macbookair)."""
+    def cluster_tls_dir(self) -> str:
+        """Where cluster_tls keeps the node's TLS files: the lab inventory's cluster_tls_dir,
+        the Mac's own in its user's home (inventory/home's macbookair)."""
         settings = mac.HOME_MAC if self.kind == "macos" else (
             lab.INVENTORY / "group_vars" / "all" / "cluster.yml")
-        return yaml.safe_load(settings.read_text())["cluster_tls_dir"] + "/ca.crt"
+        return yaml.safe_load(settings.read_text())["cluster_tls_dir"]
+
+    @property
+    def cluster_ca_file(self) -> str:
+        """The cluster CA's certificate on the node, where cluster_tls puts it."""
+        return self.cluster_tls_dir + "/ca.crt"
 
     def worker_service_file(self, worker: str = "web-worker") -> str:
         """The worker's systemd unit or launchd plist."""

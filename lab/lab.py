@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import ipaddress
 import os
 import re
 import secrets
@@ -143,16 +144,19 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
 def second_lab_inventory(number: int, source: Path = INVENTORY,
                          target: Path | None = None) -> Path:
     """A copy of the lab inventory for lab ``number`` (2 or more) beside the first: the same
-    hosts and settings on the network coordinator-lab<number>, 10.89.<19 + number>.0/24, each
-    host in a container named lab<number>-<host> (``lab_container``). Written to
+    hosts and settings on the network coordinator-lab<number>, the first lab's /24 moved up by
+    number - 1 (10.89.21.0/24 for lab 2), each host in a container named lab<number>-<host>
+    (``lab_container``). Written to
     .lab/inventory-lab<number>, two levels below the repository like inventory/lab, so its
     relative paths to .lab/ (secrets, the SSH key, the cluster CA, the wheelhouse) resolve
     the same way: the labs share them."""
     target = target or STATE_DIR / f"inventory-lab{number}"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target)  # links (cluster.yml) copied as the files they point to
-    first_net = ".".join(str(load_lab(source).subnet).split(".")[:3]) + "."
-    net = f"10.89.{19 + number}."
+    # The first lab's /24, moved up by one for each lab: 10.89.20.x -> 10.89.21.x for lab 2.
+    first = ipaddress.ip_network(load_lab(source).subnet)
+    first_net = str(first.network_address).rsplit(".", 1)[0] + "."
+    net = str(first.network_address + 256 * (number - 1)).rsplit(".", 1)[0] + "."
     hosts_file = target / "hosts.yml"
     hosts = yaml.safe_load(hosts_file.read_text())
     for name, vars_ in hosts["all"]["children"]["lab_nodes"]["hosts"].items():

@@ -9,7 +9,7 @@ with one web worker, wherever the previous one left it. Most modules run on the 
 (inventory/lab); the fault cases (SECOND_LAB_SUITES of tests/conftest.py) on a second one,
 the same hosts in containers of their own on their own network (lab.second_lab_inventory),
 in another pytest process, beside them. Every playbook runs at -vvv and its output is kept
-for the secrets check (test_secrets.py on the first lab; on the second, when it is taken
+for the secrets check (test_secrets.py, and over each lab's every run when it is taken
 down) and in .lab/logs/test-migrate*/ for failures. Each lab holds its own lock; the Molecule
 scenarios, on networks of their own, may run beside them.
 """
@@ -180,10 +180,9 @@ def bring_up(number: int) -> Iterator[Cluster]:
                 requests.post(f"http://{address}:11434/_standin/config",
                               json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
             yield cluster
-            if number != 1:
-                # test_secrets.py's check, for the runs it does not see.
-                from .test_secrets import assert_no_secret_in
-                assert_no_secret_in(cluster)
+            # test_secrets.py's check again, over every run of this lab, when it ends.
+            from .test_secrets import assert_no_secret_in
+            assert_no_secret_in(cluster)
         finally:
             log_dir.mkdir(parents=True, exist_ok=True)
             (log_dir / "figures.json").write_text(json.dumps(
@@ -200,6 +199,8 @@ def labs(podman_ready: None) -> Iterator[dict[int, Cluster]]:
 
 
 class LabsByNumber(dict):
+    """Lab number -> its Cluster, brought up on first use and taken down with the stack."""
+
     def __init__(self, stack: contextlib.ExitStack) -> None:
         super().__init__()
         self.stack = stack

@@ -24,20 +24,14 @@ from collections.abc import Iterator
 import coordinator_contract as contract
 import pytest
 import requests
-import yaml
 
 from lab import drive
 from lab import prometheus as lab_prometheus
 from lab.standins.ollama import DEFAULT_MODEL
 from lab.throwaway import wait_until
-from tests.filter_kit import REPO
 from tests.filter_kit import cluster as cluster_filters
 
 OLD, NEW = "lab-worker-slow", "lab-macbookair"
-# The database host's TLS key, where the cluster_tls role keeps it.
-TLS_KEY = cluster_filters.cluster_tls_files(
-    yaml.safe_load((REPO / "roles" / "cluster_tls" / "defaults" / "main.yml").read_text())[
-        "cluster_tls_dir"])["key"]
 DB_HOST = "lab-ai-core"
 CHECK = ("--check", "--diff")
 UPGRADE = ("-e", "upgrade_model_tasks=6")
@@ -88,7 +82,9 @@ def read(node, path: str) -> str:
 
 
 def key_mode(node) -> str:
-    return node.sh("stat", "-c", "%U:%G %a", TLS_KEY, check=True).stdout.strip()
+    """Owner, group and mode of the node's TLS key, where cluster_tls keeps it."""
+    key = cluster_filters.cluster_tls_files(node.cluster_tls_dir)["key"]
+    return node.sh("stat", "-c", "%U:%G %a", key, check=True).stdout.strip()
 
 
 def ollama_models(cluster, host: str) -> list[str]:
@@ -200,7 +196,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     # host's model deleted.
     db.sh("sed", "-i", f"/{old_node.address}\\/32/d", hba, check=True)
     db.sh("pg_ctlcluster", "15", "main", "reload", check=True)
-    db.sh("chmod", "0644", TLS_KEY, check=True)
+    db.sh("chmod", "0644", cluster_filters.cluster_tls_files(db.cluster_tls_dir)["key"],
+          check=True)
     db.sh("sed", "-i", 's/^SHUTDOWN_TIMEOUT=.*/SHUTDOWN_TIMEOUT="77"/', env_file, check=True)
     db.sh("sed", "-i", "s/^RestartSec=3$/RestartSec=9/", unit_file, check=True)
     url, stopped = drive.notify_url(db), time.time()
