@@ -108,6 +108,12 @@ class EnvReader:
             raise ConfigError(f"{name} must be positive, got {raw!r}")
         return value
 
+    def count(self, name: str, default: int) -> int:
+        raw = self.env.get(name, "").strip() or str(default)
+        if not raw.isdigit() or int(raw) == 0:
+            raise ConfigError(f"{name} must be a positive whole number, got {raw!r}")
+        return int(raw)
+
     def port(self, name: str, default: int) -> int:
         raw = self.env.get(name, "").strip() or str(default)
         if not raw.isdigit() or not 0 < int(raw) < 65536:

@@ -28,6 +28,11 @@ KIND = "web"
 # The task types routed to web workers (web_search), and the queue they share.
 TASK_TYPES = tuple(t for t, (kind, _) in contract.ROUTES.items() if kind == KIND)
 SEARCH_RESULTS_USED = 5
+# The most tokens a summary may take (options.num_predict). Ollama's own default is no limit,
+# and a small model can run on to the end of its context: SmolLM2-135M at Ollama's default
+# options ran one summary in three of the lab's to 3,477 tokens (52 s, its 4,096-token
+# context full); a few sentences take well under this.
+SUMMARY_MAX_TOKENS = 256
 # Headers SearXNG's bot detection (searx/botdetection, run when its limiter is on) lets
 # through: it answers 429 to a User-Agent it takes for a script (python-requests, curl, ...),
 # to an Accept without text/html, an Accept-Encoding without gzip or deflate, and a missing
@@ -66,11 +71,13 @@ class Found:
 class WebConfig(base.OllamaConfig):
     searxng_url: str
     searxng_timeout: float
+    summary_max_tokens: int
 
     @classmethod
     def own_fields(cls, env: base.EnvReader) -> dict[str, Any]:
         return {"searxng_url": base.http_url(env.required("SEARXNG_URL")),
                 "searxng_timeout": env.seconds("SEARXNG_TIMEOUT", 15),
+                "summary_max_tokens": env.count("SUMMARY_MAX_TOKENS", SUMMARY_MAX_TOKENS),
                 **super().own_fields(env)}
 
 
@@ -183,8 +190,9 @@ class WebWorker(base.OllamaWorker):
     def summarise(self, question: str, results: list[dict[str, Any]]) -> str:
         """Ollama's summary of ``results``; SummaryError (the task falls back) otherwise."""
         try:
-            answer = self.ollama("/api/generate", {"model": self.cfg.ollama_model,
-                                                   "prompt": summary_prompt(question, results)})
+            answer = self.ollama("/api/generate", {
+                "model": self.cfg.ollama_model, "prompt": summary_prompt(question, results),
+                "options": {"num_predict": self.cfg.summary_max_tokens}})
         except base.OllamaError as error:
             raise SummaryError(str(error)) from None
         summary = answer.get("response")
@@ -193,6 +201,11 @@ class WebWorker(base.OllamaWorker):
         summary = summary.strip()
         if not summary:
             raise SummaryError(f"Ollama at {self.cfg.ollama_host} gave an empty summary")
+        if answer.get("done_reason") == "length":
+            # Cut by num_predict, not ended by the model: said, so nobody takes it as whole.
+            base.log.warning("summary cut at SUMMARY_MAX_TOKENS=%d tokens",
+                             self.cfg.summary_max_tokens)
+            return f"{summary} …"
         return summary
 
 

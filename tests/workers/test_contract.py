@@ -70,6 +70,13 @@ def test_bad_timeout_is_named() -> None:
     assert str(error.value) == "OLLAMA_TIMEOUT must be a number of seconds, got 'soon'"
 
 
+@pytest.mark.parametrize("value", ["0", "-5", "many"])
+def test_a_summary_limit_that_is_not_a_positive_count_is_named(value: str) -> None:
+    with pytest.raises(worker_base.ConfigError) as error:
+        worker_web.WebConfig.from_env(WEB_ENV | {"SUMMARY_MAX_TOKENS": value})
+    assert str(error.value) == f"SUMMARY_MAX_TOKENS must be a positive whole number, got {value!r}"
+
+
 def test_ollama_host_without_scheme_is_accepted() -> None:
     env = WEB_ENV | {"OLLAMA_HOST": "localhost:11434/"}
     assert worker_web.WebConfig.from_env(env).ollama_host == "http://localhost:11434"

@@ -69,8 +69,10 @@ def test_japanese_query_end_to_end(web_env, start_worker, coordinator, tasks, rd
     assert shown["answered_model"] == web_env["OLLAMA_MODEL"]
     assert row["attempts"] == 1
     assert row["error"] is None
-    # The stand-in's "summary" quotes the start of the prompt it was given.
+    # The stand-in's "summary" quotes the start of the prompt it was given, whole.
     assert row["result"].startswith("要約: 「Question: 今日の東京の天気は？")
+    assert not row["result"].endswith("…")
+    assert not [line for line in messages(worker) if "summary cut" in line]
     answer = requests.get(f"{coordinator.url}/task/{task_id}", timeout=5).json()
     assert (answer["status"], answer["result"]) == ("done", row["result"])
     # The worker removes the id from its processing list just after the row is written.
@@ -80,6 +82,20 @@ def test_japanese_query_end_to_end(web_env, start_worker, coordinator, tasks, rd
     for secret in (pg.password, redis_server.password):
         assert secret not in output
     assert "password=***" in output
+
+
+def test_a_summary_cut_at_its_token_limit_says_so(web_env, start_worker, coordinator, tasks):
+    """Ollama stops at options.num_predict with done_reason "length" (the stand-in, made-up
+    answer or real, as its runner does): the summary ends in an ellipsis and the log says why,
+    where a whole one has neither."""
+    worker = start_worker(web_env | {"SUMMARY_MAX_TOKENS": "3"})
+    worker.wait_for(WAITING)
+    row = tasks.wait_status(coordinator.route(TOKYO, "web_search"), "done", "failed")
+    assert row["status"] == "done", row["error"]
+    # The made-up answer's first three pieces ("要約: ", "「Questio", "n: ").
+    assert row["result"] == "要約: 「Question: …"
+    assert row["fallback"] is False
+    assert "WARNING summary cut at SUMMARY_MAX_TOKENS=3 tokens" in messages(worker)
 
 
 def test_start_up_lines_in_order_and_one_version(web_env, start_worker, coordinator):
