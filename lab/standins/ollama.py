@@ -11,11 +11,19 @@ Ansible module use, closely enough that unchanged clients work against it:
   ``total``/``completed``, ``verifying sha256 digest``, ``writing manifest``,
   ``success``), or one ``{"status": "success"}`` with ``"stream": false``; errors come as
   Ollama sends them: ``{"error": ...}`` inside the stream, or 500 when not streamed;
-- ``POST /api/generate`` and ``POST /api/chat``, streamed or not: the answer is a short,
-  deterministic "summary" quoting the start of the prompt (Japanese is fine), spread over
-  the configured latency and cut at ``options.num_predict`` pieces (``done_reason``
-  ``length``, in that share of the latency), with Ollama's final statistics (``done_reason``,
-  ``total_duration``, ``eval_count``, ...).
+- ``POST /api/generate`` and ``POST /api/chat``, streamed or not, with Ollama's final
+  statistics (``done_reason``, ``total_duration``, ``eval_count``, ...):
+  - for a model of the **registry** (``--registry``, an index of real GGUF files such as
+    lab/inference.py makes), real generation with llama.cpp (llama-cpp-python, imported
+    only then): the model loads at its first request and stays loaded for ``keep_alive``;
+    the model's chat template, Ollama's default options and ``options`` (``num_predict``,
+    ``temperature``, ``seed``, ``stop``, ``num_ctx``, ...); the counts and durations are
+    llama.cpp's own; a file llama.cpp cannot load fails as Ollama's runner does. Its
+    digest is the manifest of the real file, so two hosts serving one file agree;
+  - for any other model, a short, deterministic made-up "summary" quoting the start of the
+    prompt (Japanese is fine), spread over the configured latency and cut at
+    ``options.num_predict`` pieces (``done_reason`` ``length``, in that share of the
+    latency): what the unit tests need, fast.
 
 Unknown paths answer ``404 page not found`` as Ollama does. ``--state-file`` keeps the
 models present across restarts. Settings, the control endpoint and how to run it:
@@ -26,8 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -140,8 +150,48 @@ def as_text(value: object) -> str:
     return value
 
 
+REGISTRY_FIELDS = {"file": str, "sha256": str, "size": int, "family": str,
+                   "parameter_count": int, "parameter_size": str, "quantization_level": str,
+                   "context_length": int}
+
+
+def load_registry(path: str) -> dict[str, dict[str, Any]]:
+    """The real models of a registry index (lab/inference.py writes it): canonical name ->
+    its entry, ``path`` the GGUF file's absolute path; BadSetting when it cannot be used."""
+    index = Path(path)
+    try:
+        entries = json.loads(index.read_text(encoding="utf-8"))["models"]
+        registry = {}
+        for name, entry in entries.items():
+            if not is_model_name(name) or not all(
+                    isinstance(entry.get(key), kind) for key, kind in REGISTRY_FIELDS.items()):
+                raise ValueError(f"entry {name!r} needs {', '.join(REGISTRY_FIELDS)}")
+            registry[display_name(name)] = {**entry, "path": str(index.parent / entry["file"])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise core.BadSetting(f"registry {path} cannot be read ({type(exc).__name__}: {exc})"
+                              ) from None
+    return registry
+
+
+def as_registry(value: object) -> str | None:
+    """The path of a registry index that can be read, or None (no real models)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in core.OFF_WORDS):
+        return None
+    if not isinstance(value, str):
+        raise core.BadSetting(f"expected the path of a registry index, got {value!r}")
+    load_registry(value)
+    return value
+
+
 SCHEMA = (
     core.Setting("models", [DEFAULT_MODEL], as_model_names, "models present (comma-separated)"),
+    core.Setting(
+        "registry",
+        None,
+        as_registry,
+        "JSON index of real GGUF models (lab/inference.py): pulled, described and run for "
+        "real with llama.cpp",
+    ),
     core.Setting("pullable", "*", as_pullable, 'models /api/pull can fetch: "*" (any) or a list'),
     core.Setting(
         "pull_errors",
@@ -231,58 +281,76 @@ def billions_of(name: str) -> float:
     return float(match.group(1)) if match else 3.0
 
 
-def blobs(name: str, weights: str = "") -> list[dict[str, Any]]:
+def blobs(name: str, weights: str = "", real: dict[str, Any] | None = None
+          ) -> list[dict[str, Any]]:
     """The blobs of a model's manifest, config first: made up from the model (any spelling of
-    its name) and ``weights``, the label of other weights under the same name."""
+    its name) and ``weights``, the label of other weights under the same name; for a model of
+    the registry (``real``), the weights blob is its GGUF file, and the rest follows from that
+    file, so every host serving the same file lists the same digest."""
     model = canonical_model_name(name) + (f"\n{weights}" if weights else "")
+    # Weights of about 4.8 bits each, as Q4_K_M files weigh.
+    weights_blob = ("sha256:" + sha256_hex(f"weights\n{model}"), int(billions_of(name) * 0.6e9))
+    if real is not None:
+        model = real["sha256"]
+        weights_blob = ("sha256:" + real["sha256"], real["size"])
     kinds = (
-        # Weights of about 4.8 bits each, as Q4_K_M files weigh.
         ("application/vnd.docker.container.image.v1+json", "config", 480),
-        ("application/vnd.ollama.image.model", "weights", int(billions_of(name) * 0.6e9)),
         ("application/vnd.ollama.image.template", "template", 1024),
         ("application/vnd.ollama.image.params", "params", 96),
     )
-    return [{"mediaType": media, "digest": "sha256:" + sha256_hex(f"{kind}\n{model}"),
-             "size": size} for media, kind, size in kinds]
+    config, template, params = ({"mediaType": media, "digest": "sha256:" + sha256_hex(
+        f"{kind}\n{model}"), "size": size} for media, kind, size in kinds)
+    weights_layer = {"mediaType": "application/vnd.ollama.image.model",
+                     "digest": weights_blob[0], "size": weights_blob[1]}
+    return [config, weights_layer, template, params]
 
 
-def manifest(name: str, weights: str = "") -> bytes:
+def manifest(name: str, weights: str = "", real: dict[str, Any] | None = None) -> bytes:
     """The manifest file of a model, as Ollama writes it (manifest/manifest.go): its sha256 is
     the digest Ollama lists, the same for every spelling of the name."""
-    config, *layers = blobs(name, weights)
+    config, *layers = blobs(name, weights, real)
     document = {"schemaVersion": 2,
                 "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
                 "config": config, "layers": layers}
     return json.dumps(document, separators=(",", ":")).encode() + b"\n"
 
 
-def describe(name: str, weights: str = "") -> dict[str, Any]:
-    """Plausible, deterministic metadata guessed from a model's name; ``weights`` labels other
+def describe(name: str, weights: str = "", real: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """A model's digest, size and details: a registry model's (``real``) from its file,
+    others plausible and deterministic, guessed from the name; ``weights`` labels other
     weights under the same name, which change its blobs and so its digest, as a moved tag
     does."""
     billions = billions_of(name)
     tag = model_name_parts(name)[3]
     family = next((fam for key, fam in FAMILIES if key in name.lower()), "llama")
+    details = {
+        "parent_model": "",
+        "format": "gguf",
+        "family": family,
+        "families": [family],
+        "parameter_size": f"{billions:g}B",
+        "quantization_level": tag.upper() if QUANTIZATION.fullmatch(tag) else "Q4_K_M",
+    }
+    if real is not None:
+        details.update(family=real["family"], families=[real["family"]],
+                       parameter_size=real["parameter_size"],
+                       quantization_level=real["quantization_level"])
     return {
-        "digest": hashlib.sha256(manifest(name, weights)).hexdigest(),
+        "digest": hashlib.sha256(manifest(name, weights, real)).hexdigest(),
         # The manifest's blobs together (manifest.go, Size).
-        "size": sum(blob["size"] for blob in blobs(name, weights)),
-        "parameter_count": int(billions * 1e9),
-        "details": {
-            "parent_model": "",
-            "format": "gguf",
-            "family": family,
-            "families": [family],
-            "parameter_size": f"{billions:g}B",
-            "quantization_level": tag.upper() if QUANTIZATION.fullmatch(tag) else "Q4_K_M",
-        },
+        "size": sum(blob["size"] for blob in blobs(name, weights, real)),
+        "parameter_count": real["parameter_count"] if real else int(billions * 1e9),
+        "context_length": real["context_length"] if real else 4096,
+        "details": details,
     }
 
 
-def layers_for(name: str, weights: str = "") -> list[tuple[str, int]]:
+def layers_for(name: str, weights: str = "", real: dict[str, Any] | None = None
+               ) -> list[tuple[str, int]]:
     """The blobs a pull of ``name`` fetches, as (digest, size): the manifest's layers (weights,
     template, parameters), then its config (server/images.go, PullModel)."""
-    config, *layers = blobs(name, weights)
+    config, *layers = blobs(name, weights, real)
     return [(blob["digest"], blob["size"]) for blob in [*layers, config]]
 
 
@@ -304,6 +372,157 @@ def compose_answer(prompt: str, model: str) -> str:
         f"要約: 「{excerpt}」に関する内容です。"
         f"（{NAME} が {model} の代わりに生成、入力 {len(prompt)} 文字）"
     )
+
+
+class LoadError(RuntimeError):
+    """llama.cpp could not load a model's file; the message is Ollama's."""
+
+
+# Ollama's defaults for what a request's options leave out (api/types.go, DefaultOptions;
+# envconfig.go: OLLAMA_CONTEXT_LENGTH 4096), as llama-cpp-python's create_chat_completion
+# names them.
+SAMPLING_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0,
+                     "typical_p": 1.0, "repeat_penalty": 1.1, "presence_penalty": 0.0,
+                     "frequency_penalty": 0.0}
+DEFAULT_NUM_CTX = 4096
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def default_threads() -> int:
+    """Threads for generation when ``options.num_thread`` is not given: the CPUs this
+    process may use, and no more than its cgroup's CPU quota (``podman --cpus``), as a
+    virtual machine with that many CPUs would have; more threads than the quota only wait
+    on one another in llama.cpp's barriers."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, math.floor(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def number_option(options: dict[str, Any], key: str, default: Any) -> Any:
+    value = options.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return type(default)(value) if default is not None else value
+
+
+class Engine:
+    """Real generation for the registry's models with llama.cpp, through llama-cpp-python
+    (imported at the first such request, so the stand-in itself needs only the standard
+    library). A model loads at its first request and stays loaded until unloaded; one
+    request runs at a time per model, as with Ollama's default OLLAMA_NUM_PARALLEL of 1."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        # name -> the loaded model, the lock of its one request at a time, its num_ctx
+        self.models: dict[str, tuple[Any, threading.Lock, int]] = {}
+
+    def unload(self, name: str) -> None:
+        with self.lock:
+            self.models.pop(name, None)
+
+    def load(self, name: str, path: str,
+             options: dict[str, Any]) -> tuple[Any, threading.Lock, int]:
+        """The loaded model (loaded now, or again when ``num_ctx`` changed, as Ollama reloads
+        a runner) and the nanoseconds its load took (0 when it was loaded)."""
+        # Imported here: only real models need llama.cpp.
+        import llama_cpp
+
+        num_ctx = number_option(options, "num_ctx", DEFAULT_NUM_CTX)
+        with self.lock:
+            loaded = self.models.get(name)
+            if loaded is not None and loaded[2] == num_ctx:
+                return loaded[0], loaded[1], 0
+            started = time.monotonic_ns()
+            try:
+                model = llama_cpp.Llama(path, n_ctx=num_ctx, verbose=False,
+                                        n_threads=number_option(options, "num_thread",
+                                                                default_threads()))
+            except (ValueError, OSError) as exc:
+                # Ollama's words when its runner cannot load a model (llm/server.go).
+                raise LoadError(f"llama runner process has terminated: error loading model: "
+                                f"{exc}") from None
+            self.models[name] = (model, threading.Lock(), num_ctx)
+            return model, self.models[name][1], time.monotonic_ns() - started
+
+    def generate(self, name: str, path: str, request: dict[str, Any], chat: bool,
+                 emit: Callable[[str], None]) -> dict[str, Any]:
+        """Generate the answer to ``request`` (its model loaded first, LoadError when it
+        cannot be), passing each piece to ``emit``; Ollama's final statistics but the load's
+        (``done_reason`` and the counts and durations, from llama.cpp's own performance
+        counters)."""
+        import llama_cpp
+
+        options = request.get("options") if isinstance(request.get("options"), dict) else {}
+        model, model_lock, _load_ns = self.load(name, path, options)
+        limit = predict_limit(request)
+        stop = options.get("stop")
+        seed = number_option(options, "seed", -1)
+        sampling = {key: number_option(options, key, default)
+                    for key, default in SAMPLING_DEFAULTS.items()}
+        fmt = request.get("format")
+        response_format = ({"type": "json_object"} if fmt == "json" else
+                           {"type": "json_object", "schema": fmt} if isinstance(fmt, dict)
+                           else None)
+        sampled = 0
+
+        def count(_tokens: Any, logits: Any) -> Any:
+            """Called once for each token sampled, the end-of-generation one included."""
+            nonlocal sampled
+            sampled += 1
+            return logits
+
+        with model_lock:
+            llama_cpp.llama_perf_context_reset(model.ctx)
+            common = {"stream": True, "max_tokens": limit, "seed": None if seed < 0 else seed,
+                      "stop": stop if isinstance(stop, list) else [],
+                      "logits_processor": llama_cpp.LogitsProcessorList([count]), **sampling}
+            if not chat and request.get("raw"):
+                chunks = model.create_completion(str(request.get("prompt") or ""), **common)
+                pieces = (chunk["choices"][0] for chunk in chunks)
+                texts = ((choice.get("text") or "", choice.get("finish_reason"))
+                         for choice in pieces)
+            else:
+                chunks = model.create_chat_completion(
+                    messages=chat_messages(request, chat), response_format=response_format,
+                    **common)
+                pieces = (chunk["choices"][0] for chunk in chunks)
+                texts = ((choice["delta"].get("content") or "", choice.get("finish_reason"))
+                         for choice in pieces)
+            finish = None
+            for text, reason in texts:
+                if text:
+                    emit(text)
+                finish = reason or finish
+            perf = llama_cpp.llama_perf_context(model.ctx)
+        return {
+            # llama-cpp-python says "length" when num_predict or the context ended it.
+            "done_reason": "length" if finish == "length" else "stop",
+            "prompt_eval_count": perf.n_p_eval,
+            "prompt_eval_duration": int(perf.t_p_eval_ms * 1e6),
+            # The tokens generated, as Ollama counts them: not the end-of-generation token.
+            # (llama.cpp's own count is of the tokens it decoded, which the prompt cache
+            # and the last token sampled make differ.)
+            "eval_count": sampled - int(finish == "stop"),
+            "eval_duration": int(perf.t_eval_ms * 1e6),
+        }
+
+
+def chat_messages(request: dict[str, Any], chat: bool) -> list[dict[str, str]]:
+    """The conversation the model's template formats: a chat's messages, or a generate's
+    ``system`` and ``prompt`` as Ollama's template gets them."""
+    if chat:
+        return [{"role": str(m.get("role") or "user"), "content": str(m.get("content") or "")}
+                for m in request.get("messages") or []]
+    messages = []
+    if request.get("system"):
+        messages.append({"role": "system", "content": str(request["system"])})
+    messages.append({"role": "user", "content": str(request.get("prompt") or "")})
+    return messages
 
 
 class StateFileError(ValueError):
@@ -352,9 +571,14 @@ class OllamaStore(core.Store):
         self.modified = modified
         # Loaded models and when each is unloaded (UTC); in memory, as in Ollama.
         self.loaded: dict[str, datetime] = {}
-        self.applied({"models": values["models"]})
+        self.registry: dict[str, dict[str, Any]] = {}
+        self.engine = Engine()
+        self.applied({"models": values["models"], "registry": values["registry"]})
 
     def applied(self, changes: dict[str, Any]) -> None:
+        if "registry" in changes:
+            path = changes["registry"]
+            self.registry = load_registry(path) if path else {}
         if "models" in changes:
             stamp = now_text()
             self.modified = {name: self.modified.get(name, stamp) for name in changes["models"]}
@@ -392,6 +616,12 @@ class OllamaStore(core.Store):
             self.loaded.pop(name, None)
             return True
 
+    def real(self, name: str) -> dict[str, Any] | None:
+        """The registry's entry for ``name`` (any spelling), or None: a made-up model."""
+        with self.lock:
+            return next((entry for known, entry in self.registry.items()
+                         if same_model(known, name)), None)
+
     def for_model(self, setting: str, name: str) -> Any:
         """The entry for ``name`` of a setting keyed by model name, or None."""
         with self.lock:
@@ -403,22 +633,30 @@ class OllamaStore(core.Store):
         return self.for_model("weights", name) or ""
 
     def describe(self, name: str) -> dict[str, Any]:
-        return describe(name, self.weights(name))
+        return describe(name, self.weights(name), self.real(name))
 
     def keep_loaded(self, name: str, seconds: float) -> None:
         """A request for ``name`` loads it for ``seconds`` (0 unloads it, negative: for ever)."""
         with self.lock:
             if seconds == 0:
                 self.loaded.pop(name, None)
+                self.engine.unload(name)
             else:
                 self.loaded[name] = (FOREVER if seconds < 0
                                      else datetime.now(UTC) + timedelta(seconds=seconds))
 
-    def running(self) -> list[dict[str, Any]]:
-        """``/api/ps``: the loaded models, the one unloaded last first; expired ones dropped."""
+    def expire(self) -> None:
+        """Unload the models whose keep_alive has passed, as Ollama's scheduler does."""
         with self.lock:
             now = datetime.now(UTC)
-            self.loaded = {name: until for name, until in self.loaded.items() if until > now}
+            for name in [name for name, until in self.loaded.items() if until <= now]:
+                del self.loaded[name]
+                self.engine.unload(name)
+
+    def running(self) -> list[dict[str, Any]]:
+        """``/api/ps``: the loaded models, the one unloaded last first; expired ones dropped."""
+        self.expire()
+        with self.lock:
             loaded = sorted(self.loaded.items(), key=lambda item: item[1], reverse=True)
         models = []
         for name, until in loaded:
@@ -439,7 +677,7 @@ class OllamaStore(core.Store):
             if error is not None:
                 return error
             pullable = self.values["pullable"]
-            if pullable == "*" or self.find(name) is not None:
+            if pullable == "*" or self.find(name) is not None or self.real(name) is not None:
                 return None
             return None if any(same_model(known, name) for known in pullable) else NO_MANIFEST
 
@@ -610,7 +848,8 @@ class OllamaHandler(core.StandinHandler):
         # A model already present has its blobs: the pull only re-checks them.
         seconds = 0.0 if self.store.find(name) else self.store.get("pull_seconds")
         steps = 4
-        for index, (digest, total) in enumerate(layers_for(name, self.store.weights(name))):
+        layers = layers_for(name, self.store.weights(name), self.store.real(name))
+        for index, (digest, total) in enumerate(layers):
             status = f"pulling {digest[7:19]}"
             if index > 0:
                 yield {"status": status, "digest": digest, "total": total, "completed": total}
@@ -652,6 +891,7 @@ class OllamaHandler(core.StandinHandler):
             return
         if self.injected_failure(generation=True):
             return
+        self.store.expire()
         load_error = self.store.for_model("load_errors", name)
         if load_error is not None:
             self.send_json(500, {"error": load_error})
@@ -678,10 +918,16 @@ class OllamaHandler(core.StandinHandler):
             message["done"] = done
             return message
 
+        real = self.store.real(name)
         if nothing_asked:
             # Ollama loads (or, with keep_alive 0, unloads) the model and answers at once.
             unload = keep_alive == 0
+            if real is not None and not unload and not self.loaded_for_real(name, real, request):
+                return
             self.send_json(200, {**reply("", True), "done_reason": "unload" if unload else "load"})
+            return
+        if real is not None:
+            self.answer_for_real(name, real, request, chat, reply, started)
             return
         text = compose_answer(prompt, name)
         if request.get("format") == "json" or isinstance(request.get("format"), dict):
@@ -725,6 +971,52 @@ class OllamaHandler(core.StandinHandler):
             self.stream_chunk(json_line(reply(piece, False)))
         self.stream_chunk(json_line(final("")))
         self.end_stream()
+
+    def loaded_for_real(self, name: str, real: dict[str, Any], request: dict[str, Any]) -> bool:
+        """Load a registry model (once); False once a load failure has been answered."""
+        options = request.get("options") if isinstance(request.get("options"), dict) else {}
+        try:
+            self.store.engine.load(name, real["path"], options)
+        except LoadError as exc:
+            self.store.keep_loaded(name, 0)
+            self.send_json(500, {"error": str(exc)})
+            return False
+        return True
+
+    def answer_for_real(self, name: str, real: dict[str, Any], request: dict[str, Any],
+                        chat: bool, reply: Callable[[str, bool], dict[str, Any]],
+                        started: int) -> None:
+        """The answer of the model itself: streamed as llama.cpp generates it, or whole."""
+        options = request.get("options") if isinstance(request.get("options"), dict) else {}
+        load_started = time.monotonic_ns()
+        try:
+            _model, _lock, load_ns = self.store.engine.load(name, real["path"], options)
+        except LoadError as exc:
+            self.store.keep_loaded(name, 0)
+            self.send_json(500, {"error": str(exc)})
+            return
+        load_ns = load_ns or time.monotonic_ns() - load_started
+        streamed = request.get("stream", True) is not False
+        collected: list[str] = []
+        if streamed:
+            self.start_stream("application/x-ndjson")
+
+        def emit(piece: str) -> None:
+            if streamed:
+                self.stream_chunk(json_line(reply(piece, False)))
+            else:
+                collected.append(piece)
+
+        statistics = self.store.engine.generate(name, real["path"], request, chat, emit)
+        final = {**reply("" if streamed else "".join(collected), True),
+                 "done_reason": statistics.pop("done_reason"),
+                 "total_duration": time.monotonic_ns() - started, "load_duration": load_ns,
+                 **statistics}
+        if streamed:
+            self.stream_chunk(json_line(final))
+            self.end_stream()
+        else:
+            self.send_json(200, final)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
