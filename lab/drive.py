@@ -80,16 +80,17 @@ def inventory_copy(name: str, web_hosts: list[str], host_vars: dict[str, dict] |
 def printed_fact(output: str, name: str) -> dict | None:
     """The fact ``name`` as a playbook last printed it (``ansible.builtin.debug: var: name``,
     the YAML result format of ansible.cfg), or None when it printed none: the key line under
-    ``ok: [host] =>`` and the lines indented deeper below it (a warning Ansible prints on
-    stderr may follow them without a blank line)."""
+    ``ok: [host] =>`` and the lines indented deeper below it, blank lines of a block scalar
+    among them (a model's answer has paragraphs; a warning Ansible prints on stderr may
+    follow without a blank line)."""
     lines = output.splitlines()
     starts = [i for i, line in enumerate(lines) if line.rstrip() == f"    {name}:"]
     if not starts:
         return None
     key = lines[starts[-1]]
-    value = itertools.takewhile(lambda line: line.startswith(" " * 8),
-                                lines[starts[-1] + 1:])
-    return yaml.safe_load(textwrap.dedent("\n".join([key, *value])))[name]
+    value = list(itertools.takewhile(lambda line: line.startswith(" " * 8) or not line.strip(),
+                                     lines[starts[-1] + 1:]))
+    return yaml.safe_load(textwrap.dedent("\n".join([key, *value]).rstrip()))[name]
 
 
 @dataclass

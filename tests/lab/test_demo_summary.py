@@ -55,6 +55,17 @@ def test_the_fact_is_read_whole_with_its_types() -> None:
                                           "serving tasks:web: web-worker-lab-macbookair on")
 
 
+def test_an_answer_in_paragraphs_is_read_whole_and_so_is_what_follows_it() -> None:
+    """A real model's answer has blank lines: YAML prints it as a block scalar."""
+    log = LOG.replace(
+        "        answer: '要約: 「今日の東京の天気は？」に関する内容です。'\n",
+        "        answer: |-\n            今日の東京は晴れ。\n\n            最高気温は18度。\n")
+    summary = drive.printed_fact(log, "migrate_web_summary")
+    assert summary is not None
+    assert summary["answer"] == "今日の東京は晴れ。\n\n最高気温は18度。"
+    assert summary["task_id"] == "08371cfa-cb14-4a36-ae52-d152702fb81d"
+
+
 def test_summary_lines_are_unfolded() -> None:
     assert demo.migration_summary(LOG) == [
         "task 08371cfa-cb14-4a36-ae52-d152702fb81d: done in 0.312 s, processed by 10.89.20.43 "
