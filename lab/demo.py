@@ -7,7 +7,9 @@
    lab-ai-core (AI-Core: the Coordinator's host, a CPU-like Ollama stand-in), and
    lab-macbookair (the MacBook Air, a Mac-shaped node) running an inference worker and
    Ollama under its launchd;
-3. routes the design's test search and shows who answered and how fast;
+3. routes the design's test search and shows who answered, how fast, and the summary: real
+   inference, by the lab's real model (lab/inference.py: SmolLM2-135M-Instruct, run by
+   llama.cpp in the Ollama stand-ins), on the CPU each node has;
 4. edits a copy of the lab inventory the way a user would (web_workers: the Mac) and runs
    `migrate-web.yml` with it;
 5. routes the search again and prints both answers side by side.
@@ -31,7 +33,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from lab import drive, lab
+from lab import drive, inference, lab
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_INVENTORY = REPO / "inventory" / "lab"
@@ -55,6 +57,7 @@ class SearchOutcome:
     seconds: float
     fallback: bool
     answer: str
+    model: str
 
 
 def step(number: int, text: str) -> None:
@@ -123,6 +126,7 @@ def route_search(url: str, token: str) -> SearchOutcome:
         task_id=task_id, status=task["status"], worker_host=task["worker_host"],
         worker_id=task["worker_id"], seconds=finished - created,
         fallback=bool(task["fallback"]), answer=task["result"] or "",
+        model=task.get("answered_model") or "none (the search results, not a summary)",
     )
 
 
@@ -134,13 +138,17 @@ def show(outcome: SearchOutcome) -> None:
     answer = " ".join(outcome.answer.split())
     print(f"  task {outcome.task_id}: {outcome.status} in {outcome.seconds:.2f}s "
           f"by {outcome.worker_id} on {outcome.worker_host}, fallback {outcome.fallback}")
-    print(f"  answer: {answer[:160]}{'…' if len(answer) > 160 else ''}")
+    print(f"  answer by {outcome.model}: {answer[:160]}{'…' if len(answer) > 160 else ''}")
 
 
 def write_inventory(target: Path, web_host: str) -> None:
-    """Copy the lab inventory with the web worker on ``web_host``, as a user edits theirs."""
+    """Copy the lab inventory with the web worker on ``web_host``, as a user edits theirs,
+    and the lab's real model as the cluster's (the lab has no LFM2.5: the home inventory's)."""
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(LAB_INVENTORY, target)
+    (target / "group_vars" / "all" / "model.yml").write_text(
+        "---\n# The model the lab really has (lab/inference.py), in place of the home "
+        f"cluster's.\ncluster_model: {inference.MODEL}\n")
     hosts_file = target / "hosts.yml"
     hosts = yaml.safe_load(hosts_file.read_text())
     hosts["all"]["children"]["web_workers"]["hosts"] = {web_host: None}
@@ -212,11 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     after = route_search(url, token)
     show(after)
 
-    print(f"\n{BOLD}Before and after the move{RESET}")
-    print(f"  {'':8} {'processed by':32} {'seconds':>8}  fallback")
+    cpus = {the_lab.nodes[name]: f"{count:g} CPU" for name, count in the_lab.cpus.items()}
+    print(f"\n{BOLD}Before and after the move{RESET} (seconds of real inference: "
+          f"{inference.MODEL} run by llama.cpp on each host's own CPUs)")
+    print(f"  {'':8} {'processed by':42} {'seconds':>8}  fallback")
     for name, outcome in (("before", before), ("after", after)):
-        print(f"  {name:8} {outcome.worker_host + ' (' + outcome.worker_id + ')':32} "
-              f"{outcome.seconds:8.2f}  {outcome.fallback}")
+        where = (f"{outcome.worker_host} ({outcome.worker_id}, "
+                 f"{cpus.get(outcome.worker_host, 'every CPU')})")
+        print(f"  {name:8} {where:42} {outcome.seconds:8.2f}  {outcome.fallback}")
     print(f"\nDemo finished in {time.monotonic() - started:.0f}s. The lab keeps running:")
     print(f"  .venv/bin/ansible-playbook -i {MOVED_INVENTORY.relative_to(REPO)} migrate-web.yml"
           "   # re-run: changes nothing, verifies again")

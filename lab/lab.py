@@ -26,6 +26,7 @@ Podman runs with CONTAINERS_CONF=lab/containers.conf (runc, explicit ulimits); s
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import fcntl
 import ipaddress
@@ -113,6 +114,10 @@ class Lab:
     # name -> the container's name, where it differs (host var lab_container): a second lab
     # of the same hosts on its own network (second_lab_inventory).
     containers: dict[str, str] = field(default_factory=dict)
+    # Where the nodes see the real-inference kit (lab/inference.py), mounted read-only.
+    inference_mount: str | None = None
+    # name -> the CPUs its container may use (host var lab_cpus), where limited.
+    cpus: dict[str, float] = field(default_factory=dict)
 
     def container(self, name: str) -> str:
         return self.containers.get(name, name)
@@ -129,6 +134,8 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
                   if "lab_node_kind" in vars_}
     containers = {name: str(vars_["lab_container"]) for name, vars_ in lab_nodes.items()
                   if "lab_container" in vars_}
+    cpus = {name: float(vars_["lab_cpus"]) for name, vars_ in lab_nodes.items()
+            if "lab_cpus" in vars_}
     outsider = (str(settings["lab_outsider_name"]), str(settings["lab_outsider_address"]))
     coordinator = hosts["all"]["children"].get("coordinator", {}).get("hosts") or {}
     url = None
@@ -138,7 +145,7 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
         scheme = cluster["cluster_coordinator_url"].strip().split("://", 1)[0]
         url = f"{scheme}://{nodes[next(iter(coordinator))]}:{cluster['coordinator_port']}"
     return Lab(settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes,
-               outsider, url, node_kinds, containers)
+               outsider, url, node_kinds, containers, settings.get("lab_inference_mount"), cpus)
 
 
 def second_lab_inventory(number: int, source: Path = INVENTORY,
@@ -273,12 +280,20 @@ def wait_for_systemd(name: str, timeout: float = 60) -> None:
 
 
 def start_container(network: str, image: str, name: str, address: str,
-                    command: tuple[str, ...] = ("/sbin/init",), hostname: str = "") -> None:
+                    command: tuple[str, ...] = ("/sbin/init",), hostname: str = "",
+                    inference_mount: str | None = None, cpus: float | None = None) -> None:
     if exists("container", name):
         podman("start", name, capture=True)
         return
     # One apt cache per container: apt's lock on it does not work across containers.
     (APT_ARCHIVES / name / "partial").mkdir(parents=True, exist_ok=True)
+    options = [f"--volume={APT_ARCHIVES / name}:/var/cache/apt/archives"]
+    if inference_mount:
+        from lab import inference  # imports this module: loaded on first use
+
+        options.append(f"--volume={inference.KIT}:{inference_mount}:ro")
+    if cpus:
+        options.append(f"--cpus={cpus:g}")
     podman(
         "run",
         "--detach",
@@ -293,8 +308,7 @@ def start_container(network: str, image: str, name: str, address: str,
         "--systemd=always",
         "--label",
         f"{LABEL}={network}",
-        "--volume",
-        f"{APT_ARCHIVES / name}:/var/cache/apt/archives",
+        *options,
         image,
         *command,
         capture=True,
@@ -347,22 +361,34 @@ def ssh_login(address: str, user: str = ADMIN_USER) -> subprocess.CompletedProce
 
 def up(network: str, subnet: str, image: str, nodes: dict[str, str],
        node_kinds: dict[str, str] | None = None,
-       hostnames: dict[str, str] | None = None) -> None:
+       hostnames: dict[str, str] | None = None, inference_mount: str | None = None,
+       cpus: dict[str, float] | None = None) -> None:
     """Start (or restart) one systemd container per node at its address, reachable over SSH;
     ``node_kinds`` names the nodes that are not of kind linux, ``hostnames`` the ones whose
-    host name is not their container's name."""
+    host name is not their container's name; ``inference_mount``, where the nodes see the
+    real-inference kit (built first when missing, beside the images); ``cpus``, the CPUs of
+    the nodes that do not get all of the machine's."""
     started = time.monotonic()
     known = kinds()
     of = {name: known[(node_kinds or {}).get(name, "linux")] for name in nodes}
+    kit = None
+    if inference_mount:
+        from lab import inference  # imports this module: loaded on first use
+
+        # Its build (minutes, once per machine) and the images' go on side by side.
+        kit = concurrent.futures.ThreadPoolExecutor(1).submit(inference.ensure)
     with exclusive(SETUP_LOCK):
         for build in dict.fromkeys(kind.build for kind in of.values()):
             subprocess.run([str(build)], check=True)
         public_key, password = ensure_ssh_identity()
+    if kit is not None:
+        kit.result()
     if not exists("network", network):
         podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():
         start_container(network, of[name].image or image, name, address, of[name].command,
-                        (hostnames or {}).get(name, name))
+                        (hostnames or {}).get(name, name), inference_mount,
+                        (cpus or {}).get(name))
     for name, address in nodes.items():
         wait_for_systemd(name)
         grant_access(name, public_key, password, of[name])
@@ -416,7 +442,8 @@ def create(lab: Lab, outsider: bool = False) -> None:
         nodes[lab.outsider[0]] = lab.outsider[1]
     up(lab.network, lab.subnet, lab.image, nodes,
        {lab.container(name): kind for name, kind in lab.node_kinds.items()},
-       {lab.container(name): name for name in lab.nodes})
+       {lab.container(name): name for name in lab.nodes}, lab.inference_mount,
+       {lab.container(name): cpus for name, cpus in lab.cpus.items()})
 
 
 def labelled(network: str) -> list[str]:

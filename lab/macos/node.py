@@ -69,7 +69,9 @@ def build_env() -> dict[str, str]:
             "MAC_GID": str(GID),
             "LAUNCHD_STATE_DIR": LAUNCHD_STATE_DIR, "LAUNCHD_SOCKET": LAUNCHD_SOCKET,
             "SESSION_UNIT": SESSION_UNIT, "OLLAMA_APP_SOURCE": OLLAMA_APP_SOURCE,
-            "CLT": CLT, "CLT_PYTHON": CLT_PYTHON, "MAC_STD_PATH": launchd_protocol.STD_PATH}
+            "CLT": CLT, "CLT_PYTHON": CLT_PYTHON, "MAC_STD_PATH": launchd_protocol.STD_PATH,
+            # Where lab/lab.py mounts the real-inference kit, for the ollama launcher.
+            "INFERENCE_MOUNT": lab.load_lab().inference_mount or ""}
 
 
 def root_shell(name: str, script: str) -> str:

@@ -36,6 +36,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import re
 import threading
 import time
@@ -385,21 +386,47 @@ SAMPLING_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0
                      "typical_p": 1.0, "repeat_penalty": 1.1, "presence_penalty": 0.0,
                      "frequency_penalty": 0.0}
 DEFAULT_NUM_CTX = 4096
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cpu_quotas() -> Iterator[float]:
+    """The CPU quotas (in CPUs) of this process's cgroup and those above it: cgroup v2's
+    cpu.max, or v1's cpu.cfs_quota_us over cpu.cfs_period_us (a host with the hybrid
+    hierarchy runs its containers on v1)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        _id, controllers, path = line.split(":", 2)
+        if controllers == "":
+            root, files = CGROUP_ROOT, ("cpu.max",)
+        elif "cpu" in controllers.split(","):
+            root, files = CGROUP_ROOT / controllers, ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+            if not root.exists():
+                root = CGROUP_ROOT / "cpu"
+        else:
+            continue
+        group = root / path.strip().lstrip("/")
+        for directory in (group, *group.parents):
+            if not directory.is_relative_to(root):
+                break
+            try:
+                values = " ".join((directory / name).read_text() for name in files).split()
+            except OSError:
+                continue
+            if values[0] not in ("max", "-1"):
+                yield int(values[0]) / int(values[1])
 
 
 def default_threads() -> int:
     """Threads for generation when ``options.num_thread`` is not given: the CPUs this
-    process may use, and no more than its cgroup's CPU quota (``podman --cpus``), as a
-    virtual machine with that many CPUs would have; more threads than the quota only wait
-    on one another in llama.cpp's barriers."""
+    process may use, and no more than the CPU quota of its cgroup or any above it (systemd's
+    CPUQuota, ``podman --cpus``), as a virtual machine with that many CPUs would have; more
+    threads than the quota only wait on one another in llama.cpp's barriers."""
     cpus = len(os.sched_getaffinity(0))
-    try:
-        quota, period = CGROUP_CPU_MAX.read_text().split()
-        if quota != "max":
-            cpus = min(cpus, max(1, math.floor(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
+    for quota in cpu_quotas():
+        cpus = min(cpus, max(1, math.floor(quota)))
     return cpus
 
 
@@ -478,7 +505,10 @@ class Engine:
 
         with model_lock:
             llama_cpp.llama_perf_context_reset(model.ctx)
-            common = {"stream": True, "max_tokens": limit, "seed": None if seed < 0 else seed,
+            # Ollama's seed -1 (its default) is llama.cpp's LLAMA_DEFAULT_SEED: a random seed
+            # at each request; llama-cpp-python would reuse one fixed seed instead.
+            common = {"stream": True, "max_tokens": limit,
+                      "seed": random.getrandbits(31) if seed < 0 else seed,
                       "stop": stop if isinstance(stop, list) else [],
                       "logits_processor": llama_cpp.LogitsProcessorList([count]), **sampling}
             if not chat and request.get("raw"):

@@ -34,9 +34,9 @@ LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 # for launchd's reload) pays a whole move when the test before left it on the other: in this
 # order, and test_faults.py's, each finds it where it needs it (test_faults.py ends with it
 # on the Mac, test_macos.py's last move takes it to the Linux host, the README's move back).
-ORDER = ["test_hardening.py", "test_check_mode.py", "test_migrate_web.py", "test_faults.py",
-         "test_macos.py", "test_readme.py", "test_upgrade_model.py", "test_secrets.py",
-         "test_probe_incident.py"]
+ORDER = ["test_hardening.py", "test_real_inference.py", "test_check_mode.py",
+         "test_migrate_web.py", "test_faults.py", "test_macos.py", "test_readme.py",
+         "test_upgrade_model.py", "test_secrets.py", "test_probe_incident.py"]
 WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 

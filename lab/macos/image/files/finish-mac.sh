@@ -111,3 +111,7 @@ mkdir -p /Applications
 
 # The lab's own programs are on Debian's Python; check them now rather than at first use.
 /usr/bin/python3.11 -c 'import sys; sys.path.insert(0, "/opt/lab-macos"); import launchd'
+
+# Where the ollama launcher finds lab/inference.py's kit, mounted by lab/lab.py (the Mac's
+# Ollama runs the registry's models for real, on every CPU the node has: the M1's GPU).
+printf '%s\n' "$INFERENCE_MOUNT" >/opt/lab-macos/inference-mount

@@ -9,8 +9,10 @@ Contents/Resources/ollama. It runs the lab's Ollama stand-in (lab/standins/ollam
 OLLAMA_HOST is read as Ollama reads it (envconfig.Host() in
 https://github.com/ollama/ollama/blob/main/envconfig/config.go): optional scheme, host
 default 127.0.0.1, port default 11434. The models live under OLLAMA_MODELS (default
-~/.ollama/models, Ollama's), where the stand-in keeps the models it "has". Each generation
-takes the seconds in /opt/lab-macos/ollama-latency when that file exists, else 0.3.
+~/.ollama/models, Ollama's), where the stand-in keeps the models it "has". A made-up model's
+generation takes the seconds in /opt/lab-macos/ollama-latency when that file exists, else
+0.3; the models of the real-inference kit's registry (lab/inference.py, mounted where
+/opt/lab-macos/inference-mount says) run for real, with llama.cpp from the kit.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from urllib.parse import urlsplit
 
 LIBEXEC = Path(__file__).resolve().parent.parent / "libexec"
 LATENCY_FILE = Path("/opt/lab-macos/ollama-latency")
+INFERENCE_MOUNT_FILE = Path("/opt/lab-macos/inference-mount")
 DEFAULT_LATENCY = 0.3
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 11434
 
@@ -53,8 +56,13 @@ def main(argv: list[str]) -> int:
     models.mkdir(parents=True, exist_ok=True)
     latency = (LATENCY_FILE.read_text().strip() if LATENCY_FILE.exists()
                else str(DEFAULT_LATENCY))
+    registry: list[str] = []
+    kit = Path(INFERENCE_MOUNT_FILE.read_text().strip()) if INFERENCE_MOUNT_FILE.exists() else None
+    if kit and (kit / "models" / "index.json").exists():
+        sys.path.insert(0, str(kit / "site"))
+        registry = ["--registry", str(kit / "models" / "index.json")]
     standin.main(["--bind", host, "--port", str(port), "--latency", latency,
-                  "--state-file", str(models / "standin-state.json")])
+                  "--state-file", str(models / "standin-state.json"), *registry])
     return 0
 
 

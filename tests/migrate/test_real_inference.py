@@ -1,0 +1,51 @@
+"""Real inference on the lab (lab/inference.py): every node's Ollama stand-in, the Mac's
+(Homebrew's ollama, under its launchd) among them, serves the kit's real model, read-only
+from the mount, with llama.cpp; the nodes serving the same file list the same digest; and
+the Coordinator's host has the CPUs the inventory gives it."""
+
+from __future__ import annotations
+
+import ollama
+import pytest
+
+from lab import inference, lab
+
+MODEL = inference.MODEL
+
+
+@pytest.fixture
+def clients(cluster):
+    """host -> an Ollama client of its stand-in; the real model removed again afterwards, so
+    the other tests find each Ollama as the converge left it."""
+    clients = {name: ollama.Client(host=f"http://{node.address}:11434", timeout=120)
+               for name, node in cluster.nodes.items()}
+    yield clients
+    for client in clients.values():
+        if any(model.model == MODEL for model in client.list().models):
+            client.delete(MODEL)
+
+
+def test_every_node_runs_the_kits_model_for_real_and_they_agree_on_its_digest(cluster,
+                                                                               clients):
+    digests = {}
+    for name, client in clients.items():
+        assert client.pull(MODEL).status == "success"
+        answer = client.generate(model=MODEL, prompt="What is the capital of France?",
+                                 options={"num_predict": 8, "temperature": 0}, keep_alive=0)
+        assert (answer.done_reason, answer.eval_count) == ("length", 8), name
+        assert answer.prompt_eval_count > 10 and answer.eval_duration > 0, name
+        assert "ollama-standin" not in answer.response, name
+        digests[name] = next(model.digest for model in client.list().models
+                             if model.model == MODEL)
+    assert len(set(digests.values())) == 1, digests
+
+
+def test_the_kit_is_read_only_on_the_nodes_and_the_coordinators_host_has_its_cpus(cluster):
+    mount = cluster.the_lab.inference_mount
+    for name, node in cluster.nodes.items():
+        written = node.sh("touch", f"{mount}/models/x")
+        assert written.returncode != 0 and "Read-only file system" in written.stderr, name
+    assert cluster.the_lab.cpus == {"lab-ai-core": 1.0}
+    quota = lab.podman("inspect", "--format", "{{.HostConfig.NanoCpus}}",
+                       cluster.the_lab.container("lab-ai-core"), capture=True).stdout
+    assert int(quota) == 1_000_000_000
