@@ -465,10 +465,13 @@ class Engine:
             if loaded is not None and loaded[2] == num_ctx:
                 return loaded[0], loaded[1], 0
             started = time.monotonic_ns()
+            # One thread count for the prompt and the generation, as Ollama's num_thread
+            # (llama-cpp-python would give the prompt one per CPU of the machine, which a
+            # quota of fewer makes wait on each other).
+            threads = number_option(options, "num_thread", default_threads())
             try:
-                model = llama_cpp.Llama(path, n_ctx=num_ctx, verbose=False,
-                                        n_threads=number_option(options, "num_thread",
-                                                                default_threads()))
+                model = llama_cpp.Llama(path, n_ctx=num_ctx, verbose=False, n_threads=threads,
+                                        n_threads_batch=threads)
             except (ValueError, OSError) as exc:
                 # Ollama's words when its runner cannot load a model (llm/server.go).
                 raise LoadError(f"llama runner process has terminated: error loading model: "
