@@ -955,7 +955,7 @@ class OllamaHandler(core.StandinHandler):
         if nothing_asked:
             # Ollama loads (or, with keep_alive 0, unloads) the model and answers at once.
             unload = keep_alive == 0
-            if real is not None and not unload and not self.loaded_for_real(name, real, request):
+            if real is not None and not unload and self.load_for_real(name, real, request) is None:
                 return
             self.send_json(200, {**reply("", True), "done_reason": "unload" if unload else "load"})
             return
@@ -1005,30 +1005,27 @@ class OllamaHandler(core.StandinHandler):
         self.stream_chunk(json_line(final("")))
         self.end_stream()
 
-    def loaded_for_real(self, name: str, real: dict[str, Any], request: dict[str, Any]) -> bool:
-        """Load a registry model (once); False once a load failure has been answered."""
+    def load_for_real(self, name: str, real: dict[str, Any],
+                      request: dict[str, Any]) -> int | None:
+        """Load a registry model (once): the nanoseconds it took, or None once its load
+        failure has been answered."""
         options = request.get("options") if isinstance(request.get("options"), dict) else {}
-        try:
-            self.store.engine.load(name, real["path"], options)
-        except LoadError as exc:
-            self.store.keep_loaded(name, 0)
-            self.send_json(500, {"error": str(exc)})
-            return False
-        return True
-
-    def answer_for_real(self, name: str, real: dict[str, Any], request: dict[str, Any],
-                        chat: bool, reply: Callable[[str, bool], dict[str, Any]],
-                        started: int) -> None:
-        """The answer of the model itself: streamed as llama.cpp generates it, or whole."""
-        options = request.get("options") if isinstance(request.get("options"), dict) else {}
-        load_started = time.monotonic_ns()
+        started = time.monotonic_ns()
         try:
             _model, _lock, load_ns = self.store.engine.load(name, real["path"], options)
         except LoadError as exc:
             self.store.keep_loaded(name, 0)
             self.send_json(500, {"error": str(exc)})
+            return None
+        return load_ns or time.monotonic_ns() - started
+
+    def answer_for_real(self, name: str, real: dict[str, Any], request: dict[str, Any],
+                        chat: bool, reply: Callable[[str, bool], dict[str, Any]],
+                        started: int) -> None:
+        """The answer of the model itself: streamed as llama.cpp generates it, or whole."""
+        load_ns = self.load_for_real(name, real, request)
+        if load_ns is None:
             return
-        load_ns = load_ns or time.monotonic_ns() - load_started
         streamed = request.get("stream", True) is not False
         collected: list[str] = []
         if streamed:
