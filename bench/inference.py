@@ -17,7 +17,6 @@ docs/lab.md and docs/benchmarks.md come from:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -44,11 +43,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def summary_request(number: int) -> dict:
+def summary_request(model: str, number: int) -> dict:
     question = f"{QUESTION} #{number}"
     results = searxng.make_results(question, worker_web.SEARCH_RESULTS_USED, 1, "general", {})
-    return {"model": "", "stream": False,
-            "prompt": worker_web.summary_prompt(question, json.loads(json.dumps(results))),
+    return {"model": model, "stream": False,
+            "prompt": worker_web.summary_prompt(question, results),
             "options": {"num_predict": worker_web.SUMMARY_MAX_TOKENS}}
 
 
@@ -72,8 +71,7 @@ def measure(model: str, cpus: int, runs: int) -> dict[str, float]:
         for number in range(runs):
             used = cpu_seconds(standin.pid)
             started = time.monotonic()
-            answer = requests.post(url, json={**summary_request(number), "model": model},
-                                   timeout=600).json()
+            answer = requests.post(url, json=summary_request(model, number), timeout=600).json()
             rows.append({"seconds": time.monotonic() - started,
                          "cpu": cpu_seconds(standin.pid) - used,
                          "prompt": answer["prompt_eval_count"],

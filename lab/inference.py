@@ -126,14 +126,13 @@ params.nthread = 0
 sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), params))
 """
 
-# What /api/show reports of a model (its details), read from the file's own metadata as
-# Ollama reads it (general.architecture, general.file_type, the tensors' parameter count).
+# What /api/show reports of a model (its details), read from the file as Ollama reads it:
+# general.architecture and the tensors' parameter count.
 DESCRIBE = """
 import json, sys, llama_cpp
 model = llama_cpp.Llama(sys.argv[1], n_ctx=16, verbose=False)
 print(json.dumps({"family": model.metadata["general.architecture"],
-                  "parameter_count": llama_cpp.llama_model_n_params(model.model),
-                  "context_length": llama_cpp.llama_model_n_ctx_train(model.model)}))
+                  "parameter_count": llama_cpp.llama_model_n_params(model.model)}))
 """
 
 
@@ -156,7 +155,7 @@ def parameter_size(count: int) -> str:
 def make_models() -> None:
     MODELS.mkdir(parents=True, exist_ok=True)
     published = unpack_model()
-    files = {MODEL: (published, "Q4_1")}
+    files = {MODEL: (published, MODEL.rsplit(":", 1)[1])}
     for name, (file, quantization) in REQUANTISED.items():
         target = MODELS / file
         site_python(QUANTIZE, str(published), str(target), quantization)
@@ -171,8 +170,7 @@ def make_models() -> None:
                        "family": described["family"],
                        "parameter_count": described["parameter_count"],
                        "parameter_size": parameter_size(described["parameter_count"]),
-                       "quantization_level": quantization,
-                       "context_length": described["context_length"]}
+                       "quantization_level": quantization}
     index[TRUNCATED] = {**index[MODEL], "file": truncated.name, "sha256": sha256_of(truncated),
                         "size": truncated.stat().st_size}
     INDEX.write_text(json.dumps({"models": index}, indent=2) + "\n")

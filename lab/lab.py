@@ -281,17 +281,16 @@ def wait_for_systemd(name: str, timeout: float = 60) -> None:
 
 def start_container(network: str, image: str, name: str, address: str,
                     command: tuple[str, ...] = ("/sbin/init",), hostname: str = "",
-                    inference_mount: str | None = None, cpus: float | None = None) -> None:
+                    volumes: tuple[str, ...] = (), cpus: float | None = None) -> None:
+    """Run (or start again) the node's container; ``volumes`` are podman's --volume values
+    beyond its apt cache, ``cpus`` its CPU limit."""
     if exists("container", name):
         podman("start", name, capture=True)
         return
     # One apt cache per container: apt's lock on it does not work across containers.
     (APT_ARCHIVES / name / "partial").mkdir(parents=True, exist_ok=True)
-    options = [f"--volume={APT_ARCHIVES / name}:/var/cache/apt/archives"]
-    if inference_mount:
-        from lab import inference  # imports this module: loaded on first use
-
-        options.append(f"--volume={inference.KIT}:{inference_mount}:ro")
+    options = [f"--volume={volume}" for volume in
+               (f"{APT_ARCHIVES / name}:/var/cache/apt/archives", *volumes)]
     if cpus:
         options.append(f"--cpus={cpus:g}")
     podman(
@@ -371,24 +370,25 @@ def up(network: str, subnet: str, image: str, nodes: dict[str, str],
     started = time.monotonic()
     known = kinds()
     of = {name: known[(node_kinds or {}).get(name, "linux")] for name in nodes}
-    kit = None
-    if inference_mount:
-        from lab import inference  # imports this module: loaded on first use
+    volumes: tuple[str, ...] = ()
+    with concurrent.futures.ThreadPoolExecutor(1) as builder:
+        if inference_mount:
+            from lab import inference  # imports this module: loaded on first use
 
-        # Its build (minutes, once per machine) and the images' go on side by side.
-        kit = concurrent.futures.ThreadPoolExecutor(1).submit(inference.ensure)
-    with exclusive(SETUP_LOCK):
-        for build in dict.fromkeys(kind.build for kind in of.values()):
-            subprocess.run([str(build)], check=True)
-        public_key, password = ensure_ssh_identity()
-    if kit is not None:
-        kit.result()
+            # Its build (minutes, once per machine) and the images' go on side by side.
+            kit = builder.submit(inference.ensure)
+            volumes = (f"{inference.KIT}:{inference_mount}:ro",)
+        with exclusive(SETUP_LOCK):
+            for build in dict.fromkeys(kind.build for kind in of.values()):
+                subprocess.run([str(build)], check=True)
+            public_key, password = ensure_ssh_identity()
+        if inference_mount:
+            kit.result()
     if not exists("network", network):
         podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():
         start_container(network, of[name].image or image, name, address, of[name].command,
-                        (hostnames or {}).get(name, name), inference_mount,
-                        (cpus or {}).get(name))
+                        (hostnames or {}).get(name, name), volumes, (cpus or {}).get(name))
     for name, address in nodes.items():
         wait_for_systemd(name)
         grant_access(name, public_key, password, of[name])

@@ -152,8 +152,7 @@ def as_text(value: object) -> str:
 
 
 REGISTRY_FIELDS = {"file": str, "sha256": str, "size": int, "family": str,
-                   "parameter_count": int, "parameter_size": str, "quantization_level": str,
-                   "context_length": int}
+                   "parameter_count": int, "parameter_size": str, "quantization_level": str}
 
 
 def load_registry(path: str) -> dict[str, dict[str, Any]]:
@@ -342,7 +341,6 @@ def describe(name: str, weights: str = "", real: dict[str, Any] | None = None
         # The manifest's blobs together (manifest.go, Size).
         "size": sum(blob["size"] for blob in blobs(name, weights, real)),
         "parameter_count": real["parameter_count"] if real else int(billions * 1e9),
-        "context_length": real["context_length"] if real else 4096,
         "details": details,
     }
 
@@ -358,8 +356,7 @@ def layers_for(name: str, weights: str = "", real: dict[str, Any] | None = None
 def predict_limit(request: dict[str, Any]) -> int | None:
     """The cap ``options.num_predict`` puts on the answer's tokens, or None: Ollama's runner
     caps only at a positive value (-1, its default, and 0 generate until the model stops)."""
-    options = request.get("options")
-    limit = options.get("num_predict") if isinstance(options, dict) else None
+    limit = request_options(request).get("num_predict")
     if isinstance(limit, bool) or not isinstance(limit, int | float) or limit != int(limit):
         return None
     return int(limit) if limit > 0 else None
@@ -430,11 +427,18 @@ def default_threads() -> int:
     return cpus
 
 
-def number_option(options: dict[str, Any], key: str, default: Any) -> Any:
+def request_options(request: dict[str, Any]) -> dict[str, Any]:
+    """A request's ``options``, or none when it gave no object."""
+    options = request.get("options")
+    return options if isinstance(options, dict) else {}
+
+
+def number_option(options: dict[str, Any], key: str, default: float) -> Any:
+    """``options[key]`` as the type of ``default``, or ``default`` when it is not a number."""
     value = options.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return default
-    return type(default)(value) if default is not None else value
+    return type(default)(value)
 
 
 class Engine:
@@ -487,7 +491,7 @@ class Engine:
         counters)."""
         import llama_cpp
 
-        options = request.get("options") if isinstance(request.get("options"), dict) else {}
+        options = request_options(request)
         model, model_lock, _load_ns = self.load(name, path, options)
         limit = predict_limit(request)
         stop = options.get("stop")
@@ -516,21 +520,18 @@ class Engine:
                       "logits_processor": llama_cpp.LogitsProcessorList([count]), **sampling}
             if not chat and request.get("raw"):
                 chunks = model.create_completion(str(request.get("prompt") or ""), **common)
-                pieces = (chunk["choices"][0] for chunk in chunks)
-                texts = ((choice.get("text") or "", choice.get("finish_reason"))
-                         for choice in pieces)
             else:
                 chunks = model.create_chat_completion(
                     messages=chat_messages(request, chat), response_format=response_format,
                     **common)
-                pieces = (chunk["choices"][0] for chunk in chunks)
-                texts = ((choice["delta"].get("content") or "", choice.get("finish_reason"))
-                         for choice in pieces)
             finish = None
-            for text, reason in texts:
+            for chunk in chunks:
+                # A completion's piece is its text, a chat's its delta's content.
+                choice = chunk["choices"][0]
+                text = choice.get("text") or choice.get("delta", {}).get("content")
                 if text:
                     emit(text)
-                finish = reason or finish
+                finish = choice.get("finish_reason") or finish
             perf = llama_cpp.llama_perf_context(model.ctx)
         return {
             # llama-cpp-python says "length" when num_predict or the context ended it.
@@ -699,7 +700,7 @@ class OllamaStore(core.Store):
                 "details": info["details"],
                 "expires_at": until.isoformat(timespec="microseconds").replace("+00:00", "Z"),
                 # Everything on the GPU, as on Apple silicon with unified memory.
-                "size_vram": info["size"], "context_length": 4096,
+                "size_vram": info["size"], "context_length": DEFAULT_NUM_CTX,
             })
         return models
 
@@ -1009,10 +1010,10 @@ class OllamaHandler(core.StandinHandler):
                       request: dict[str, Any]) -> int | None:
         """Load a registry model (once): the nanoseconds it took, or None once its load
         failure has been answered."""
-        options = request.get("options") if isinstance(request.get("options"), dict) else {}
         started = time.monotonic_ns()
         try:
-            _model, _lock, load_ns = self.store.engine.load(name, real["path"], options)
+            _model, _lock, load_ns = self.store.engine.load(name, real["path"],
+                                                            request_options(request))
         except LoadError as exc:
             self.store.keep_loaded(name, 0)
             self.send_json(500, {"error": str(exc)})

@@ -81,10 +81,13 @@ def read(node, path: str) -> str:
     return node.sh("cat", path, check=True).stdout
 
 
+def tls_key(node) -> str:
+    """The node's TLS key, where cluster_tls keeps it."""
+    return cluster_filters.cluster_tls_files(node.cluster_tls_dir)["key"]
+
+
 def key_mode(node) -> str:
-    """Owner, group and mode of the node's TLS key, where cluster_tls keeps it."""
-    key = cluster_filters.cluster_tls_files(node.cluster_tls_dir)["key"]
-    return node.sh("stat", "-c", "%U:%G %a", key, check=True).stdout.strip()
+    return node.sh("stat", "-c", "%U:%G %a", tls_key(node), check=True).stdout.strip()
 
 
 def ollama_models(cluster, host: str) -> list[str]:
@@ -196,8 +199,7 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     # host's model deleted.
     db.sh("sed", "-i", f"/{old_node.address}\\/32/d", hba, check=True)
     db.sh("pg_ctlcluster", "15", "main", "reload", check=True)
-    db.sh("chmod", "0644", cluster_filters.cluster_tls_files(db.cluster_tls_dir)["key"],
-          check=True)
+    db.sh("chmod", "0644", tls_key(db), check=True)
     db.sh("sed", "-i", 's/^SHUTDOWN_TIMEOUT=.*/SHUTDOWN_TIMEOUT="77"/', env_file, check=True)
     db.sh("sed", "-i", "s/^RestartSec=3$/RestartSec=9/", unit_file, check=True)
     url, stopped = drive.notify_url(db), time.time()
