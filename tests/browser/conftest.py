@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -73,8 +74,10 @@ def screenshot_dir() -> Path:
 
 def wait_for_text(browser: webdriver.Chrome, selector: str, text: str,
                   timeout: float = 10.0) -> WebElement:
-    """The first element matching the CSS selector once its text contains ``text``."""
-    WebDriverWait(browser, timeout).until(
+    """The first element matching the CSS selector once its text contains ``text``. A poll
+    that lands while the page navigates (a form's POST) fails with WebDriverException
+    ("aborted by navigation"); it is polled again, as a missing element is."""
+    WebDriverWait(browser, timeout, ignored_exceptions=(WebDriverException,)).until(
         expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, selector), text),
         f"no {selector!r} with text {text!r} after {timeout} s")
     return browser.find_element(By.CSS_SELECTOR, selector)
