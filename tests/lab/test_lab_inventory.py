@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
+from pathlib import Path
+
+import yaml
 
 from lab.lab import load_lab, second_lab_inventory
 
@@ -32,3 +36,23 @@ def test_a_second_lab_has_the_same_hosts_in_containers_of_its_own_on_its_own_net
     assert second.coordinator_url == first.coordinator_url.replace("10.89.20.", "10.89.21.")
     # The first lab's containers are named as its hosts.
     assert [first.container(name) for name in first.nodes] == list(first.nodes)
+
+
+def test_the_molecule_scenarios_networks_overlap_neither_each_other_nor_the_labs(tmp_path):
+    """Each scenario runs beside the labs (tests/conftest.py): a network of its own, in a /24
+    no lab and no other scenario uses (podman refuses a second network on a subnet)."""
+    repo = Path(__file__).resolve().parents[2]
+    labs = [load_lab(), load_lab(second_lab_inventory(2, target=tmp_path / "inventory-lab2"))]
+    networks = {f"lab {number}": (lab.network, ipaddress.ip_network(lab.subnet))
+                for number, lab in enumerate(labs, start=1)}
+    for inventory in sorted(repo.glob("molecule/*/inventory")):
+        # Set in the inventory's hosts.yml or in its group_vars/all/.
+        settings = yaml.safe_load((inventory / "hosts.yml").read_text())["all"].get("vars", {})
+        for group_vars in sorted(inventory.glob("group_vars/all/*.yml")):
+            settings.update(yaml.safe_load(group_vars.read_text()))
+        networks[inventory.parent.name] = (settings["lab_network"],
+                                           ipaddress.ip_network(settings["lab_subnet"]))
+    assert len(networks) > 3, networks  # the scenarios were found
+    for (one, (name, subnet)), (other, (other_name, other_subnet)) in itertools.combinations(
+            networks.items(), 2):
+        assert name != other_name and not subnet.overlaps(other_subnet), (one, other)
