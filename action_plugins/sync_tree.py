@@ -2,7 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of sync_tree: hash the tree, ask the target what differs, send only that.
 
-The module's documentation is in library/sync_tree.py.
+The module's documentation is in library/sync_tree.py. A converged tree costs no module run:
+the target is first asked with module_utils/sync_tree_state.py run as a plain Python program
+(``in_place_report``), and the module runs only when that says something differs, or cannot
+say.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import io
+import json
 import os
 import tarfile
 import tempfile
@@ -20,9 +24,16 @@ from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible.utils.hashing import secure_hash
 
 DEFAULT_EXCLUDE = ("__pycache__", "*.pyc")
+# What the target runs to tell whether the tree is in place: this file, beside the plugins
+# in this repository's layout and in a collection's (plugins/action, plugins/module_utils).
+STATE_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "module_utils", "sync_tree_state.py")
+
+display = Display()
 
 
 def excluded(relpath: str, patterns: list[str] | tuple[str, ...]) -> bool:
@@ -128,6 +139,25 @@ def diff_entry(path: str, before: dict[str, Any], after: bytes, limit: int,
     return entry
 
 
+def in_place_program(source: str, module_args: dict[str, Any]) -> str:
+    """A Python program, module_utils/sync_tree_state.py's ``source`` and a call of its
+    ``in_place_report`` with what the module would be given, that prints the report as JSON."""
+    params = {key: module_args.get(key) for key in
+              ("dest", "manifest", "owner", "group", "mode", "directory_mode")}
+    return (f"{source}\n\nimport json as _json\n"
+            f"print(_json.dumps(in_place_report(_json.loads({json.dumps(params)!r}))))\n")
+
+
+def read_report(output: str) -> dict[str, Any] | None:
+    """The report the program printed (its last line), or None when there is none."""
+    lines = output.strip().splitlines()
+    try:
+        report = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) and "in_place" in report else None
+
+
 def new_bytes(src: str | None, relpath: str, content: dict[str, Any] | None) -> bytes:
     """What the file ``relpath`` of the tree holds: its text in ``content``, else the file
     under ``src`` on the controller."""
@@ -162,6 +192,10 @@ class ActionModule(ActionBase):
             manifest = build_manifest(src, args.get("files"), exclude)
         module_args = {**args, "src": src, "exclude": exclude, "manifest": manifest,
                        "max_diff_size": C.MAX_FILE_SIZE_FOR_DIFF}
+        report = self._in_place_report(module_args, task_vars or {})
+        if report is not None and report["in_place"]:
+            result.update(changed=False, dest=report["dest"], files=len(manifest), updated=[])
+            return result
         result.update(
             self._execute_module("sync_tree", module_args=module_args, task_vars=task_vars)
         )
@@ -195,3 +229,30 @@ class ActionModule(ActionBase):
         # The second run writes the stale files and sets owner, group and mode of every file.
         result.update(second)
         return result
+
+    def _in_place_report(self, module_args: dict[str, Any],
+                         task_vars: dict[str, Any]) -> dict[str, Any] | None:
+        """The target's in_place_report, read with the interpreter its modules run on (as the
+        task's become user); None, and the module decides, where it cannot be read: no
+        interpreter known yet, a connection that cannot pass a program on stdin, a failure."""
+        interpreter = task_vars.get("ansible_python_interpreter") or (
+            task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
+        if interpreter is not None:
+            interpreter = str(self._templar.template(interpreter))
+        if (not interpreter or not interpreter.startswith("/")
+                or not getattr(self._connection, "has_pipelining", False)
+                or not os.path.isfile(STATE_SOURCE)):
+            return None
+        with open(STATE_SOURCE, encoding="utf-8") as stream:
+            program = in_place_program(stream.read(), module_args)
+        read = self._low_level_execute_command(f"{interpreter} -", sudoable=True,
+                                               in_data=program.encode())
+        report = read_report(read.get("stdout") or "") if read["rc"] == 0 else None
+        if report is None:
+            display.vvv(f"sync_tree: the target could not say whether {module_args['dest']} is "
+                        f"in place (rc {read['rc']}: {(read.get('stderr') or '').strip()[:300]})"
+                        "; the module decides", host=self._play_context.remote_addr)
+        elif not report["in_place"]:
+            display.vvv(f"sync_tree: {report['dest']} is not in place: {report.get('why')}",
+                        host=self._play_context.remote_addr)
+        return report

@@ -7,17 +7,23 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sync_tree
-short_description: Copy a directory tree from the controller, one module run per host
+short_description: Copy a directory tree from the controller, no module run when in place
 description:
   - Makes a directory on the target hold the same files, with the same content, as a directory
-    on the controller, like M(ansible.builtin.copy) with a directory as O(src), but in one
-    module run per host when nothing differs, however many files the tree has.
+    on the controller, like M(ansible.builtin.copy) with a directory as O(src), but without a
+    module run when nothing differs, however many files the tree has.
     M(ansible.builtin.copy) checks each file in a module run of its own.
-  - The action plugin of the same name hashes every file on the controller (SHA-256) and sends
-    the list; the target hashes its copies and answers with the files that are missing or
-    differ. Only those are sent, in one tar archive, and each is written to a temporary file
-    in its directory, checked against its hash and renamed into place, so a reader never sees
-    a half-written file.
+  - The action plugin of the same name hashes every file on the controller (SHA-256) and asks
+    the target, with a short Python program passed over the connection (the standard library
+    only, run by the interpreter the host's modules run on, as the task's become user),
+    whether every file has that hash and every file and directory its owner, group and mode.
+    When they all do, the task is done. That costs a fraction of a module run, which starts
+    Ansible's module code on the target.
+  - Otherwise, or where the program cannot run (no interpreter known yet in the run, a
+    connection that cannot pass it), the module hashes the target's copies and answers with
+    the files that are missing or differ. Only those are sent, in one tar archive, and each is
+    written to a temporary file in its directory, checked against its hash and renamed into
+    place, so a reader never sees a half-written file.
   - Owner, group and mode of every file and directory are set as given, on each run.
   - Files on the target that are not in the tree are left alone.
 version_added: "0.1.0"
@@ -169,56 +175,19 @@ import hashlib
 import os
 import tarfile
 import tempfile
-from collections.abc import Iterable, Mapping
-from pathlib import PurePosixPath
+from collections.abc import Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-
-CHUNK = 1 << 20
-
-
-class TreeError(Exception):
-    """A problem the user has to fix, worded for them."""
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def check_relative(relpath: str) -> str:
-    """Return relpath when it stays inside the tree; refuse absolute paths and '..'."""
-    parts = PurePosixPath(relpath).parts
-    if not parts or relpath.startswith("/") or ".." in parts:
-        raise TreeError(
-            f"{relpath!r} is not a path inside the tree: use a relative path without '..'"
-        )
-    return relpath
-
-
-def stale_files(dest: str, manifest: Mapping[str, str]) -> list[str]:
-    """Relative paths whose copy under dest is missing, not a regular file, or differs."""
-    stale = []
-    for relpath, digest in sorted(manifest.items()):
-        path = os.path.join(dest, check_relative(relpath))
-        if not os.path.isfile(path) or os.path.islink(path) or file_sha256(path) != digest:
-            stale.append(relpath)
-    return stale
-
-
-def tree_directories(manifest: Iterable[str]) -> list[str]:
-    """Every directory the files need, relative to dest, parents first ('' is dest itself)."""
-    found = {""}
-    for relpath in manifest:
-        parent = PurePosixPath(relpath).parent
-        while str(parent) != ".":
-            found.add(str(parent))
-            parent = parent.parent
-    return sorted(found, key=lambda d: (d.count("/") + bool(d), d))
+from ansible.module_utils.sync_tree_state import (
+    CHUNK,
+    DEFAULT_DIRECTORY_MODE,
+    DEFAULT_MODE,
+    TreeError,
+    check_relative,
+    stale_files,
+    tree_directories,
+)
 
 
 def write_from_archive(archive: str, dest: str, manifest: Mapping[str, str]) -> list[str]:
@@ -325,8 +294,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "exclude": {"type": "list", "elements": "str", "default": ["__pycache__", "*.pyc"]},
     "owner": {"type": "str"},
     "group": {"type": "str"},
-    "mode": {"type": "raw", "default": "0644"},
-    "directory_mode": {"type": "raw", "default": "0755"},
+    "mode": {"type": "raw", "default": DEFAULT_MODE},
+    "directory_mode": {"type": "raw", "default": DEFAULT_DIRECTORY_MODE},
     "manifest": {"type": "dict"},
     "archive": {"type": "path"},
     "secrets": {"type": "list", "elements": "str", "no_log": True, "default": []},

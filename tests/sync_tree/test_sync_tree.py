@@ -18,6 +18,7 @@ from ansible.errors import AnsibleActionFail
 
 from action_plugins import sync_tree as action
 from library import sync_tree as module
+from module_utils import sync_tree_state as state
 
 from ..library_kit import assert_options_documented, module_doc
 
@@ -170,6 +171,72 @@ def test_a_diff_entry_masks_the_secrets_and_names_binary_and_large_files() -> No
         "before_header": "/c", "after_header": "/c", "dst_larger": 100, "src_larger": 100}
 
 
+def in_place_params(dest: Path, files: dict[str, bytes], **settings: object) -> dict:
+    return {"dest": str(dest), "manifest": {name: sha(data) for name, data in files.items()},
+            "owner": None, "group": None, "mode": "0640", "directory_mode": "0750", **settings}
+
+
+def test_in_place_report_says_whether_a_module_run_would_change_anything(
+        tmp_path: Path) -> None:
+    dest, files = tmp_path / "dest", {"a.py": b"A = 1\n", "pkg/b.py": b"B = 1\n"}
+    params = in_place_params(dest, files)
+    assert state.in_place_report(params) == {
+        "in_place": False, "dest": str(dest), "why": f"{dest} is not a directory"}
+    (dest / "pkg").mkdir(parents=True, mode=0o750)
+    dest.chmod(0o750)
+    (dest / "pkg").chmod(0o750)
+    for name, data in files.items():
+        (dest / name).write_bytes(data)
+        (dest / name).chmod(0o640)
+    assert state.in_place_report(params) == {"in_place": True, "dest": str(dest)}
+    me = os.getuid()
+    assert state.in_place_report({**params, "owner": str(me), "group": str(os.getgid())})[
+        "in_place"]
+
+    (dest / "pkg" / "b.py").chmod(0o600)
+    assert state.in_place_report(params)["why"] == "pkg/b.py's owner or mode"
+    (dest / "pkg" / "b.py").chmod(0o640)
+    (dest / "pkg").chmod(0o755)
+    assert state.in_place_report(params)["why"] == f"{dest}/pkg's owner or mode"
+    (dest / "pkg").chmod(0o750)
+    (dest / "a.py").write_bytes(b"A = 2\n")
+    assert state.in_place_report(params)["why"] == "1 files differ"
+    (dest / "a.py").write_bytes(files["a.py"])
+    assert state.in_place_report({**params, "owner": str(me + 1)})["why"] == (
+        f"{dest}'s owner or mode")
+    assert state.in_place_report({**params, "owner": "no-such-user"})["why"] == (
+        "no user no-such-user here")
+    assert state.in_place_report({**params, "group": "no-such-group"})["why"] == (
+        "no group no-such-group here")
+    assert state.in_place_report({**params, "mode": "u=rw,g=r"})["why"] == "a symbolic mode"
+    # The module's defaults where the task gives no mode: 0644 files, 0755 directories.
+    assert state.in_place_report({**params, "mode": None})["why"] == "a.py's owner or mode"
+    assert state.in_place_report({**params, "directory_mode": None})["why"] == (
+        f"{dest}'s owner or mode")
+
+
+@pytest.mark.parametrize(("mode", "bits"), [
+    ("0644", 0o644), ("755", 0o755), ("01777", 0o1777), (0o600, 0o600),
+    ("u=rw,g=r,o=", None), ("0999", None), (True, None), (None, None)])
+def test_octal_mode_reads_a_mode_as_ansible_module_does(mode: object, bits: int | None) -> None:
+    assert state.octal_mode(mode) == bits
+
+
+def test_the_program_sent_to_the_target_prints_its_report(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    params = {**in_place_params(dest, {"a.py": b"A"}), "src": "/elsewhere", "secrets": ["s3"]}
+    program = action.in_place_program(Path(action.STATE_SOURCE).read_text(), params)
+    assert "s3" not in program and "/elsewhere" not in program  # what the report needs only
+    ran = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True,
+                         check=True)
+    assert action.read_report(ran.stdout) == {
+        "in_place": False, "dest": str(dest), "why": f"{dest} is not a directory"}
+    assert action.read_report("") is None
+    assert action.read_report("Traceback ...\nNameError: x") is None
+    assert action.read_report('{"other": 1}') is None
+
+
+
 # --- playbook runs ----------------------------------------------------------------------
 
 PLAYBOOK = """
@@ -244,6 +311,35 @@ def test_first_run_ships_second_changes_nothing_then_only_the_difference(
     assert (dest / "pkg" / "a.py").read_text() == "A = 1\n"
     assert oct((dest / "top.py").stat().st_mode & 0o777) == "0o640"
     assert (dest / "pkg" / "sub" / "b.bin").stat().st_ino == untouched
+
+
+def sync_tree_module_runs(tmp_path: Path, args: dict) -> int:
+    """Runs of the sync_tree module in one playbook run (at -vvv Ansible names the module
+    file of every module run); the run must succeed."""
+    playbook = tmp_path / "sync.yml"
+    playbook.write_text(PLAYBOOK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", "localhost,",
+         "-c", "local", "-e",
+         json.dumps({"sync_args": args, "ansible_python_interpreter": sys.executable}),
+         str(playbook)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    return run.stdout.count(f"Using module file {REPO / 'library' / 'sync_tree.py'}")
+
+
+def test_a_tree_in_place_costs_no_module_run(tree: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    args = {"src": str(tree), "dest": str(dest), "mode": "0640", "directory_mode": "0750"}
+    # Missing: the module compares, then writes what the plugin sent.
+    assert sync_tree_module_runs(tmp_path, args) == 2
+    assert sync_tree_module_runs(tmp_path, args) == 0
+    (dest / "top.py").chmod(0o600)  # a mode alone differs: the module sets it
+    assert sync_tree_module_runs(tmp_path, args) == 1
+    assert oct((dest / "top.py").stat().st_mode & 0o777) == "0o640"
+    assert sync_tree_module_runs(tmp_path, args) == 0
 
 
 def test_content_is_written_like_files_and_never_reaches_the_module_arguments(
