@@ -3,9 +3,9 @@
 """Controller side of sync_tree: hash the tree, ask the target what differs, send only that.
 
 The module's documentation is in library/sync_tree.py. A converged tree costs no module run:
-the target is first asked with module_utils/sync_tree_state.py run as a plain Python program
-(``in_place_report``), and the module runs only when that says something differs, or cannot
-say.
+the target is first asked with module_utils/sync_tree_state.py's ``in_place_report`` run as a
+plain Python program (host_state's ``run_program``), and the module runs only when that says
+something differs, or cannot say.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import io
-import json
 import os
 import tarfile
 import tempfile
@@ -28,10 +27,8 @@ from ansible.utils.display import Display
 from ansible.utils.hashing import secure_hash
 
 DEFAULT_EXCLUDE = ("__pycache__", "*.pyc")
-# What the target runs to tell whether the tree is in place: this file, beside the plugins
-# in this repository's layout and in a collection's (plugins/action, plugins/module_utils).
-STATE_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "module_utils", "sync_tree_state.py")
+# What in_place_report reads of the module's arguments.
+IN_PLACE_PARAMS = ("dest", "manifest", "owner", "group", "mode", "directory_mode")
 
 display = Display()
 
@@ -139,25 +136,6 @@ def diff_entry(path: str, before: dict[str, Any], after: bytes, limit: int,
     return entry
 
 
-def in_place_program(source: str, module_args: dict[str, Any]) -> str:
-    """A Python program, module_utils/sync_tree_state.py's ``source`` and a call of its
-    ``in_place_report`` with what the module would be given, that prints the report as JSON."""
-    params = {key: module_args.get(key) for key in
-              ("dest", "manifest", "owner", "group", "mode", "directory_mode")}
-    return (f"{source}\n\nimport json as _json\n"
-            f"print(_json.dumps(in_place_report(_json.loads({json.dumps(params)!r}))))\n")
-
-
-def read_report(output: str) -> dict[str, Any] | None:
-    """The report the program printed (its last line), or None when there is none."""
-    lines = output.strip().splitlines()
-    try:
-        report = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
-    return report if isinstance(report, dict) and "in_place" in report else None
-
-
 def new_bytes(src: str | None, relpath: str, content: dict[str, Any] | None) -> bytes:
     """What the file ``relpath`` of the tree holds: its text in ``content``, else the file
     under ``src`` on the controller."""
@@ -232,27 +210,17 @@ class ActionModule(ActionBase):
 
     def _in_place_report(self, module_args: dict[str, Any],
                          task_vars: dict[str, Any]) -> dict[str, Any] | None:
-        """The target's in_place_report, read with the interpreter its modules run on (as the
-        task's become user); None, and the module decides, where it cannot be read: no
-        interpreter known yet, a connection that cannot pass a program on stdin, a failure."""
-        interpreter = task_vars.get("ansible_python_interpreter") or (
-            task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
-        if interpreter is not None:
-            interpreter = str(self._templar.template(interpreter))
-        if (not interpreter or not interpreter.startswith("/")
-                or not getattr(self._connection, "has_pipelining", False)
-                or not os.path.isfile(STATE_SOURCE)):
+        """in_place_report of the target; None where it cannot be read (the module decides)."""
+        reader = self._shared_loader_obj.action_loader.get(
+            "host_state", task=self._task, connection=self._connection,
+            play_context=self._play_context, loader=self._loader, templar=self._templar,
+            shared_loader_obj=self._shared_loader_obj)
+        report = reader.run_program(
+            "sync_tree_state", "in_place_report",
+            {key: module_args.get(key) for key in IN_PLACE_PARAMS}, task_vars)
+        if not isinstance(report, dict) or "in_place" not in report:
             return None
-        with open(STATE_SOURCE, encoding="utf-8") as stream:
-            program = in_place_program(stream.read(), module_args)
-        read = self._low_level_execute_command(f"{interpreter} -", sudoable=True,
-                                               in_data=program.encode())
-        report = read_report(read.get("stdout") or "") if read["rc"] == 0 else None
-        if report is None:
-            display.vvv(f"sync_tree: the target could not say whether {module_args['dest']} is "
-                        f"in place (rc {read['rc']}: {(read.get('stderr') or '').strip()[:300]})"
-                        "; the module decides", host=self._play_context.remote_addr)
-        elif not report["in_place"]:
+        if not report["in_place"]:
             display.vvv(f"sync_tree: {report['dest']} is not in place: {report.get('why')}",
                         host=self._play_context.remote_addr)
         return report

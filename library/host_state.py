@@ -1,0 +1,120 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, the coordinator-cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_state
+short_description: Read a host's accounts and files in one pass, without a module run
+description:
+  - Reads what a role compares before it decides whether a module must run at all (users as
+    M(ansible.builtin.user) compares them, groups, and files as M(ansible.builtin.stat)
+    reports them, with type, owner, group, mode and a regular file's SHA-1). Changes nothing.
+  - The action plugin of the same name passes a short Python program over the connection (the
+    standard library only, run by the interpreter the host's modules run on, as the task's
+    become user), which costs a fraction of a module run, which starts Ansible's module code
+    on the target. Where the program cannot run (no interpreter known yet in the run, a
+    connection that cannot pass it), this module reads the same.
+version_added: "0.6.0"
+options:
+  users:
+    description: User names to read.
+    type: list
+    elements: str
+    default: []
+  groups:
+    description: Group names to read.
+    type: list
+    elements: str
+    default: []
+  files:
+    description: Absolute paths to read (not followed when a link).
+    type: list
+    elements: str
+    default: []
+author:
+  - Coordinator cluster contributors (@coordinator-cluster)
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same in check mode.
+  diff_mode:
+    support: none
+notes:
+  - Linux and macOS.
+seealso:
+  - module: ansible.builtin.getent
+  - module: ansible.builtin.stat
+extends_documentation_fragment:
+  - module_attributes
+"""
+
+EXAMPLES = r"""
+- name: Read the service's account and the virtualenv's stamp
+  host_state:
+    users: [coordinator]
+    groups: [coordinator]
+    files: [/opt/coordinator/venv/requirements-installed.txt]
+  register: service_state
+
+- name: Create the group only where it is missing
+  ansible.builtin.group:
+    name: coordinator
+    system: true
+  when: service_state.groups.coordinator is none
+"""
+
+RETURN = r"""
+users:
+  description: Each user named, or null when the host has none by that name.
+  returned: always
+  type: dict
+  sample:
+    coordinator:
+      uid: 999
+      group: coordinator
+      home: /opt/coordinator
+      shell: /usr/sbin/nologin
+      groups: [ssl-cert]
+groups:
+  description: Each group named (its gid), or null when the host has none by that name.
+  returned: always
+  type: dict
+  sample:
+    coordinator:
+      gid: 999
+files:
+  description:
+    - Each path, or null when nothing is there or it cannot be read. C(type) is file,
+      directory, link or other; C(mode) an octal string; C(checksum) the SHA-1 of a regular
+      file, as M(ansible.builtin.stat) reports it.
+  returned: always
+  type: dict
+  sample:
+    /opt/coordinator/venv/requirements-installed.txt:
+      type: file
+      uid: 0
+      gid: 0
+      mode: "0644"
+      checksum: 6f1ed002ab5595859014ebf0951522d9e5f1f9a4
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_state import read_state
+
+ARGUMENT_SPEC = {
+    "users": {"type": "list", "elements": "str", "default": []},
+    "groups": {"type": "list", "elements": "str", "default": []},
+    "files": {"type": "list", "elements": "str", "default": []},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.exit_json(changed=False, **read_state(module.params))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""host_state: what it reads of users, groups and files, and real playbook runs (local
+connection) that read it with a program over the connection, or with the module where no
+interpreter is known."""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from action_plugins import host_state as action
+from library import host_state as module
+from module_utils import host_state as state
+
+from ..library_kit import assert_options_documented, module_doc
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_user_is_read_as_the_user_module_compares_it() -> None:
+    me = pwd.getpwuid(os.getuid())
+    entry = state.user_entry(me.pw_name)
+    assert entry is not None
+    assert (entry["uid"], entry["group"], entry["home"], entry["shell"]) == (
+        me.pw_uid, grp.getgrgid(me.pw_gid).gr_name, me.pw_dir, me.pw_shell)
+    assert entry["groups"] == sorted(g.gr_name for g in grp.getgrall() if me.pw_name in g.gr_mem)
+    assert state.user_entry("no-such-user-here") is None
+    assert state.group_entry(grp.getgrgid(0).gr_name) == {"gid": 0}
+    assert state.group_entry("no-such-group-here") is None
+
+
+def test_files_are_read_as_stat_reports_them(tmp_path: Path) -> None:
+    data = tmp_path / "requirements.txt"
+    data.write_bytes(b"redis==8.1.0\n")
+    data.chmod(0o640)
+    (tmp_path / "link").symlink_to(data)
+    found = state.read_state({"files": [str(data), str(tmp_path), str(tmp_path / "link"),
+                                        str(tmp_path / "missing")]})["files"]
+    assert found[str(data)] == {"type": "file", "uid": os.getuid(), "gid": os.getgid(),
+                                "mode": "0640",
+                                "checksum": hashlib.sha1(b"redis==8.1.0\n").hexdigest()}
+    assert found[str(tmp_path)]["type"] == "directory"
+    assert found[str(tmp_path / "link")]["type"] == "link"  # not followed
+    assert found[str(tmp_path / "missing")] is None
+
+
+def test_the_program_prints_what_the_function_returns() -> None:
+    text = action.program((REPO / "module_utils" / "host_state.py").read_text(), "read_state",
+                          {"groups": ["no-such-group-here"]})
+    ran = subprocess.run([sys.executable, "-"], input=text, capture_output=True, text=True,
+                         check=True)
+    assert action.last_json(ran.stdout) == {"users": {}, "groups": {"no-such-group-here": None},
+                                            "files": {}}
+    assert action.last_json("") is None
+    assert action.last_json("Traceback ...\nNameError: x") is None
+
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Read
+      host_state: "{{ read_args }}"
+      register: read
+    - name: Keep the result
+      ansible.builtin.copy:
+        content: "{{ read | to_json }}"
+        dest: "{{ result_file }}"
+        mode: "0600"
+"""
+
+
+def read_on_localhost(tmp_path: Path, args: dict, interpreter: str) -> tuple[dict, int]:
+    """host_state run by ansible-playbook at -vvv: its result, and how many module runs it
+    took (Ansible names the module file of each). This Python is first on PATH."""
+    playbook, result_file = tmp_path / "read.yml", tmp_path / "result.json"
+    playbook.write_text(PLAYBOOK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", "localhost,",
+         "-c", "local", "-e",
+         json.dumps({"read_args": args, "ansible_python_interpreter": interpreter,
+                     "result_file": str(result_file)}),
+         str(playbook)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    return (json.loads(result_file.read_text()),
+            run.stdout.count(f"Using module file {REPO / 'library' / 'host_state.py'}"))
+
+
+@pytest.mark.parametrize(("interpreter", "module_runs"), [
+    (sys.executable, 0),  # the program, over the connection
+    ("python3", 1),  # not a path the program can be given to: the module reads
+])
+def test_a_read_gives_the_same_with_or_without_a_module_run(tmp_path: Path, interpreter: str,
+                                                            module_runs: int) -> None:
+    me = pwd.getpwuid(os.getuid()).pw_name
+    (tmp_path / "stamp").write_text("x\n")
+    args = {"users": [me, "no-such-user-here"], "groups": ["no-such-group-here"],
+            "files": [str(tmp_path / "stamp")]}
+    result, runs = read_on_localhost(tmp_path, args, interpreter)
+    assert runs == module_runs
+    assert result["changed"] is False
+    expected = state.read_state(args)
+    assert (result["users"], result["groups"], result["files"]) == (
+        expected["users"], expected["groups"], expected["files"])
+
+
+def test_documentation_matches_the_argument_spec() -> None:
+    doc = module_doc("host_state")
+    assert_options_documented(doc, module.ARGUMENT_SPEC)
+    assert module.ARGUMENT_SPEC == action.ARGUMENT_SPEC
+    assert sorted(doc["return"]) == ["files", "groups", "users"]
