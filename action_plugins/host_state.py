@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""host_state: a host's accounts and files, read with a plain Python program over the
-connection instead of a module run.
+"""host_state: a host's accounts, files and systemd units, read with a plain Python program
+over the connection instead of a module run.
 
 The module's documentation is in library/host_state.py. ``run_program`` is also how
 sync_tree's plugin asks whether a tree is in place (action_plugins/sync_tree.py).
@@ -26,6 +26,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "users": {"type": "list", "elements": "str", "default": []},
     "groups": {"type": "list", "elements": "str", "default": []},
     "files": {"type": "list", "elements": "str", "default": []},
+    "units": {"type": "list", "elements": "str", "default": []},
 }
 
 display = Display()
@@ -66,7 +67,7 @@ class ActionModule(ActionBase):
                 result.update(state)
                 return result
         result.update(changed=False, users=state["users"], groups=state["groups"],
-                      files=state["files"])
+                      files=state["files"], units=state["units"])
         return result
 
     def run_program(self, utils: str, function: str, params: dict[str, Any],

@@ -7,11 +7,12 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: host_state
-short_description: Read a host's accounts and files in one pass, without a module run
+short_description: Read a host's accounts, files and units in one pass, without a module run
 description:
   - Reads what a role compares before it decides whether a module must run at all (users as
-    M(ansible.builtin.user) compares them, groups, and files as M(ansible.builtin.stat)
-    reports them, with type, owner, group, mode and a regular file's SHA-1). Changes nothing.
+    M(ansible.builtin.user) compares them, groups, files as M(ansible.builtin.stat) reports
+    them, with type, owner, group, mode and a regular file's SHA-1, and systemd units as
+    M(ansible.builtin.systemd_service) shows their status). Changes nothing.
   - The action plugin of the same name passes a short Python program over the connection (the
     standard library only, run by the interpreter the host's modules run on, as the task's
     become user), which costs a fraction of a module run, which starts Ansible's module code
@@ -34,6 +35,11 @@ options:
     type: list
     elements: str
     default: []
+  units:
+    description: systemd units to read, in one C(systemctl show).
+    type: list
+    elements: str
+    default: []
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 attributes:
@@ -43,7 +49,7 @@ attributes:
   diff_mode:
     support: none
 notes:
-  - Linux and macOS.
+  - Linux and macOS (where every unit reads as null).
 seealso:
   - module: ansible.builtin.getent
   - module: ansible.builtin.stat
@@ -58,6 +64,12 @@ EXAMPLES = r"""
     groups: [coordinator]
     files: [/opt/coordinator/venv/requirements-installed.txt]
   register: service_state
+
+- name: Read Ollama's binary and unit
+  host_state:
+    files: [/usr/local/bin/ollama]
+    units: [ollama.service]
+  register: ollama_state
 
 - name: Create the group only where it is missing
   ansible.builtin.group:
@@ -88,8 +100,10 @@ groups:
 files:
   description:
     - Each path, or null when nothing is there or it cannot be read. C(type) is file,
-      directory, link or other; C(mode) an octal string; C(checksum) the SHA-1 of a regular
-      file, as M(ansible.builtin.stat) reports it.
+      directory, link or other; C(owner) and C(group) names (their ids where the host has no
+      name for them); C(mode) an octal string; C(executable) whether the connecting (or
+      become) user may run it; C(checksum) the SHA-1 of a regular file, as
+      M(ansible.builtin.stat) reports it.
   returned: always
   type: dict
   sample:
@@ -97,8 +111,24 @@ files:
       type: file
       uid: 0
       gid: 0
+      owner: root
+      group: root
       mode: "0644"
+      executable: false
       checksum: 6f1ed002ab5595859014ebf0951522d9e5f1f9a4
+units:
+  description:
+    - Each unit's LoadState (not-found for a unit systemd does not know), ActiveState,
+      SubState, UnitFileState and MainPID; null where systemd cannot answer.
+  returned: always
+  type: dict
+  sample:
+    ollama.service:
+      LoadState: loaded
+      ActiveState: active
+      SubState: running
+      UnitFileState: enabled
+      MainPID: 4242
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -108,6 +138,7 @@ ARGUMENT_SPEC = {
     "users": {"type": "list", "elements": "str", "default": []},
     "groups": {"type": "list", "elements": "str", "default": []},
     "files": {"type": "list", "elements": "str", "default": []},
+    "units": {"type": "list", "elements": "str", "default": []},
 }
 
 

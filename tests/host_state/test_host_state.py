@@ -43,9 +43,11 @@ def test_files_are_read_as_stat_reports_them(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(data)
     found = state.read_state({"files": [str(data), str(tmp_path), str(tmp_path / "link"),
                                         str(tmp_path / "missing")]})["files"]
-    assert found[str(data)] == {"type": "file", "uid": os.getuid(), "gid": os.getgid(),
-                                "mode": "0640",
-                                "checksum": hashlib.sha1(b"redis==8.1.0\n").hexdigest()}
+    assert found[str(data)] == {
+        "type": "file", "uid": os.getuid(), "gid": os.getgid(),
+        "owner": pwd.getpwuid(os.getuid()).pw_name, "group": grp.getgrgid(os.getgid()).gr_name,
+        "mode": "0640", "executable": False,
+        "checksum": hashlib.sha1(b"redis==8.1.0\n").hexdigest()}
     assert found[str(tmp_path)]["type"] == "directory"
     assert found[str(tmp_path / "link")]["type"] == "link"  # not followed
     assert found[str(tmp_path / "missing")] is None
@@ -57,7 +59,7 @@ def test_the_program_prints_what_the_function_returns() -> None:
     ran = subprocess.run([sys.executable, "-"], input=text, capture_output=True, text=True,
                          check=True)
     assert action.last_json(ran.stdout) == {"users": {}, "groups": {"no-such-group-here": None},
-                                            "files": {}}
+                                            "files": {}, "units": {}}
     assert action.last_json("") is None
     assert action.last_json("Traceback ...\nNameError: x") is None
 
@@ -111,12 +113,27 @@ def test_a_read_gives_the_same_with_or_without_a_module_run(tmp_path: Path, inte
     assert runs == module_runs
     assert result["changed"] is False
     expected = state.read_state(args)
-    assert (result["users"], result["groups"], result["files"]) == (
-        expected["users"], expected["groups"], expected["files"])
+    assert {key: result[key] for key in expected} == expected
 
 
 def test_documentation_matches_the_argument_spec() -> None:
     doc = module_doc("host_state")
     assert_options_documented(doc, module.ARGUMENT_SPEC)
     assert module.ARGUMENT_SPEC == action.ARGUMENT_SPEC
-    assert sorted(doc["return"]) == ["files", "groups", "users"]
+    assert sorted(doc["return"]) == ["files", "groups", "units", "users"]
+
+
+def test_units_are_read_from_one_systemctl_show() -> None:
+    shown = ("MainPID=4242\nLoadState=loaded\nActiveState=active\nSubState=running\n"
+             "UnitFileState=enabled\n\n"
+             "MainPID=0\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n"
+             "UnitFileState=\n")
+    assert state.parse_units(["ollama.service", "gone.service"], shown) == {
+        "ollama.service": {"LoadState": "loaded", "ActiveState": "active",
+                           "SubState": "running", "UnitFileState": "enabled", "MainPID": 4242},
+        "gone.service": {"LoadState": "not-found", "ActiveState": "inactive",
+                         "SubState": "dead", "UnitFileState": "", "MainPID": 0}}
+    # Output that does not match the names asked: nothing is claimed about any of them.
+    assert state.parse_units(["a.service", "b.service"], shown.split("\n\n")[0]) == {
+        "a.service": None, "b.service": None}
+    assert state.read_state({})["units"] == {}
