@@ -5,6 +5,7 @@ managers run). No Ansible run needed."""
 from __future__ import annotations
 
 import hashlib
+import re
 
 import coordinator_contract as contract
 import jinja2
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from ansible.module_utils.common.parameters import remove_values
 
+from module_utils import host_state
 from tests.filter_kit import REPO, cluster, load, redis_role, worker
 
 SETTINGS = {
@@ -89,6 +91,12 @@ def test_the_secrets_are_named_as_the_environment_file_spells_them():
     assert worker.worker_env_value({"rc": 0, "stdout": line}, "PG_DSN") == env["PG_DSN"]
 
 
+def units_of(show: str) -> dict:
+    """host_state's read of the units of a `systemctl show` (its Id lines name them)."""
+    names = re.findall(r"^Id=(.+)$", show, re.M)
+    return host_state.parse_units(names, show)
+
+
 SHOW = """\
 Id=inference-worker.service
 LoadState=loaded
@@ -116,7 +124,7 @@ def records(*names: str) -> list[dict]:
 
 def test_systemd_states_say_installed_enabled_running_and_pid():
     states = {s["name"]: s for s in worker.worker_states(
-        records("inference-worker", "web-worker"), systemd_show=SHOW)}
+        records("inference-worker", "web-worker"), units=units_of(SHOW))}
     assert {k: states["inference-worker"][k] for k in ("installed", "enabled", "running",
                                                        "pid")} == {
         "installed": True, "enabled": True, "running": True, "pid": 812}
@@ -125,25 +133,20 @@ def test_systemd_states_say_installed_enabled_running_and_pid():
         "installed": True, "enabled": True, "running": False, "pid": 0}
 
 
-def test_systemd_states_from_the_systemd_service_results_read_the_same():
-    # The state task's own reads (tasks/linux.yml), used when it changed nothing: the same
-    # properties as `systemctl show`, as a mapping a unit.
+def test_only_units_not_yet_as_asked_are_given_to_systemd_service():
     infer, web = records("inference-worker", "web-worker")
-    units = worker.systemd_units(SHOW)
-    results = [{"item": infer, "changed": False, "status": units[infer["unit"]]},
-               {"item": web, "changed": False, "status": units[web["unit"]]}]
-    assert worker.worker_states([infer, web], systemd=results) == worker.worker_states(
-        [infer, web], systemd_show=SHOW)
-    # A fresh `systemctl show` wins over the earlier reads.
-    stopped = SHOW.replace("MainPID=812", "MainPID=0").replace("ActiveState=active",
-                                                                 "ActiveState=inactive", 1)
-    [state, _] = worker.worker_states([infer, web], systemd_show=stopped, systemd=results)
-    assert (state["running"], state["pid"]) == (False, 0)
+    units = units_of(SHOW)  # inference-worker active and enabled, web-worker inactive, enabled
+    assert worker.units_to_set([infer, web], units, "started", True) == [web]
+    assert worker.units_to_set([infer, web], units, "stopped", True) == [infer]
+    assert worker.units_to_set([infer, web], units, "started", False) == [infer, web]
+    # A unit systemd did not answer for, or does not know, is always given to it.
+    assert worker.units_to_set([infer], {infer["unit"]: None}, "started", True) == [infer]
+    assert worker.units_to_set([infer], {}, "started", True) == [infer]
 
 
 def test_a_unit_systemd_does_not_know_is_not_installed():
     show = "Id=web-worker.service\nLoadState=not-found\nActiveState=inactive\nMainPID=0\n"
-    [state] = worker.worker_states(records("web-worker"), systemd_show=show)
+    [state] = worker.worker_states(records("web-worker"), units=units_of(show))
     assert (state["installed"], state["enabled"], state["running"]) == (False, False, False)
 
 
@@ -166,7 +169,7 @@ def test_launchd_states_from_the_launchd_agent_results():
 
 def expected_of(show: str = SHOW) -> list[dict]:
     return worker.expected_registrations(
-        worker.worker_states(records("inference-worker", "web-worker"), systemd_show=show),
+        worker.worker_states(records("inference-worker", "web-worker"), units=units_of(show)),
         versions={"worker_infer.py": "1.0", "worker_web.py": "2.1"},
         envs={"inference-worker": {"COORDINATOR_URL": "https://10.0.0.1:8000/"},
               "web-worker": {"COORDINATOR_URL": "https://10.0.0.1:8000"}})
@@ -359,7 +362,7 @@ def test_hosts_with_the_same_problem_are_named_together():
 
 def test_running_workers_and_their_addresses_for_the_registry():
     inference, web = worker.worker_states(records("inference-worker", "web-worker"),
-                                          systemd_show=SHOW)
+                                          units=units_of(SHOW))
     hostvars = {"macbookair": {"worker_status": [inference, web]}, "other": {}}
     assert cluster.running_workers(["macbookair", "other"], hostvars, "inference") == [
         {"host": "192.168.0.43", "pid": 812}]

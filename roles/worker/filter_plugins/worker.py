@@ -4,9 +4,10 @@
 
 ``worker_records`` resolves each ``worker_instances`` entry into a record that tasks may loop
 over (names, ids, files, no secrets) and its environment, kept apart because it holds the
-passwords and the token and -vvv prints every loop item. ``systemd_units`` parses
-``systemctl show``; ``worker_states`` joins the records with what systemd or launchd report,
-into the ``worker_status`` fact the role publishes. ``worker_versions``,
+passwords and the token and -vvv prints every loop item. ``worker_states`` joins the records
+with what systemd (host_state's read of the units) or launchd report, into the
+``worker_status`` fact the role publishes; ``units_to_set`` picks the workers whose unit is
+not yet as asked. ``worker_versions``,
 ``expected_registrations``, ``missing_registrations`` and ``registration_report`` are the
 registration check (tasks/verify.yml): what the Coordinator must list, what it does not, and
 the message that says so.
@@ -178,35 +179,17 @@ def worker_records(
     return {"records": records, "envs": envs, "secrets": secret_spellings(secrets)}
 
 
-def systemd_units(show_output: str) -> dict[str, dict[str, str]]:
-    """`systemctl show --property=Id,... UNIT...` output: unit id -> {property: value}."""
-    units = {}
-    for block in show_output.strip().split("\n\n"):
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        if "Id" in props:
-            units[props["Id"]] = props
-    return units
-
-
 def worker_states(
     records: Sequence[Mapping[str, Any]],
     *,
-    systemd_show: str | None = None,
-    systemd: Sequence[Mapping[str, Any]] | None = None,
+    units: Mapping[str, Mapping[str, Any] | None] | None = None,
     launchd: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each record with what its service manager reports now: ``installed`` (its unit or
     plist exists), ``enabled`` (starts at boot or login), ``running`` and ``pid`` (0 when not
-    running). Linux: ``systemd_show``, the output of `systemctl show` for the units, or else
-    ``systemd``, the registered results of systemd_service looped over the records (its
-    ``status`` is the unit as it was before the task acted: current only when none changed).
-    macOS: ``launchd``, the registered results of launchd_agent looped over the records."""
-    if systemd_show is not None:
-        units = systemd_units(systemd_show)
-    elif systemd is not None:
-        units = {r["item"]["unit"]: r.get("status") or {} for r in systemd}
-    else:
-        units = None
+    running). Linux: ``units``, host_state's read of the units (unit -> LoadState,
+    ActiveState, UnitFileState, MainPID; None where systemd did not answer). macOS:
+    ``launchd``, the registered results of launchd_agent looped over the records."""
     agents = {r["item"]["label"]: r.get("status", {}) for r in launchd or ()}
     states = []
     for record in records:
@@ -217,7 +200,7 @@ def worker_states(
                          enabled=bool(agent.get("installed")) and bool(agent.get("enabled")),
                          running=bool(agent.get("running")), pid=int(agent.get("pid") or 0))
         else:
-            unit = units.get(record["unit"], {})
+            unit = units.get(record["unit"]) or {}
             running = unit.get("ActiveState") in ("active", "reloading", "deactivating")
             state.update(installed=unit.get("LoadState") == "loaded",
                          enabled=unit.get("UnitFileState") in ("enabled", "enabled-runtime"),
@@ -225,6 +208,19 @@ def worker_states(
                          pid=int(unit.get("MainPID") or 0) if running else 0)
         states.append(state)
     return states
+
+
+def units_to_set(records: Sequence[Mapping[str, Any]],
+                 units: Mapping[str, Mapping[str, Any] | None], state: str,
+                 enabled: bool) -> list[Mapping[str, Any]]:
+    """The records whose unit is not yet ``state`` (started: active, stopped: inactive) and
+    ``enabled`` (enabled or disabled) as host_state read it: the ones systemd_service must
+    be run for. Any other state (activating, failed, static, not found) is left to it."""
+    active = "active" if state == "started" else "inactive"
+    file_state = "enabled" if enabled else "disabled"
+    return [record for record in records
+            if ((units.get(record["unit"]) or {}).get("ActiveState"),
+                (units.get(record["unit"]) or {}).get("UnitFileState")) != (active, file_state)]
 
 
 def worker_env_value(result: Mapping[str, Any], name: str) -> str | None:
@@ -401,8 +397,8 @@ class FilterModule:
         return {
             "worker_records": worker_records,
             "worker_env_quote": worker_env_quote,
-            "systemd_units": systemd_units,
             "worker_states": worker_states,
+            "units_to_set": units_to_set,
             "worker_env_value": worker_env_value,
             "worker_versions": worker_versions,
             "worker_build": worker_build,
