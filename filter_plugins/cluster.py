@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the playbooks (site.yml, migrate-web.yml): what every host answered."""
+"""Filters of the playbooks (site.yml, migrate-web.yml): what every host answered; and what
+the roles share: the cluster's TLS files, whether a systemd unit is already as asked."""
 
 from __future__ import annotations
 
@@ -435,10 +436,23 @@ def cluster_tls_files(directory: str) -> dict[str, str]:
     return {"ca": f"{base}/ca.crt", "cert": f"{base}/server.crt", "key": f"{base}/server.key"}
 
 
+def units_not_as_asked(units: Mapping[str, Mapping[str, Any] | None], state: str,
+                       enabled: bool) -> list[str]:
+    """The units of ``units`` (host_state's read) not yet ``state`` (started: active,
+    stopped: inactive) and ``enabled`` (enabled, or disabled): the ones
+    ansible.builtin.systemd_service must be run for. Any other state (activating, failed,
+    static, not found, systemd not answering) is left to it."""
+    asked = ("active" if state == "started" else "inactive",
+             "enabled" if enabled else "disabled")
+    return [name for name, unit in units.items()
+            if ((unit or {}).get("ActiveState"), (unit or {}).get("UnitFileState")) != asked]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "cluster_tls_files": cluster_tls_files,
+            "units_not_as_asked": units_not_as_asked,
             "worker_db_login": worker_db_login,
             "worker_redis_login": worker_redis_login,
             "coordinator_redis_login": coordinator_redis_login,

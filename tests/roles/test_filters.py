@@ -136,12 +136,14 @@ def test_systemd_states_say_installed_enabled_running_and_pid():
 def test_only_units_not_yet_as_asked_are_given_to_systemd_service():
     infer, web = records("inference-worker", "web-worker")
     units = units_of(SHOW)  # inference-worker active and enabled, web-worker inactive, enabled
-    assert worker.units_to_set([infer, web], units, "started", True) == [web]
-    assert worker.units_to_set([infer, web], units, "stopped", True) == [infer]
-    assert worker.units_to_set([infer, web], units, "started", False) == [infer, web]
+    assert cluster.units_not_as_asked(units, "started", True) == [web["unit"]]
+    assert cluster.units_not_as_asked(units, "stopped", True) == [infer["unit"]]
+    assert cluster.units_not_as_asked(units, "started", False) == [infer["unit"], web["unit"]]
     # A unit systemd did not answer for, or does not know, is always given to it.
-    assert worker.units_to_set([infer], {infer["unit"]: None}, "started", True) == [infer]
-    assert worker.units_to_set([infer], {}, "started", True) == [infer]
+    assert cluster.units_not_as_asked({infer["unit"]: None}, "started", True) == [infer["unit"]]
+    failed = {**units[infer["unit"]], "ActiveState": "failed"}
+    assert cluster.units_not_as_asked({infer["unit"]: failed}, "started", True) == [
+        infer["unit"]]
 
 
 def test_a_unit_systemd_does_not_know_is_not_installed():

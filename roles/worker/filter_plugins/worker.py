@@ -6,8 +6,7 @@
 over (names, ids, files, no secrets) and its environment, kept apart because it holds the
 passwords and the token and -vvv prints every loop item. ``worker_states`` joins the records
 with what systemd (host_state's read of the units) or launchd report, into the
-``worker_status`` fact the role publishes; ``units_to_set`` picks the workers whose unit is
-not yet as asked. ``worker_versions``,
+``worker_status`` fact the role publishes. ``worker_versions``,
 ``expected_registrations``, ``missing_registrations`` and ``registration_report`` are the
 registration check (tasks/verify.yml): what the Coordinator must list, what it does not, and
 the message that says so.
@@ -210,19 +209,6 @@ def worker_states(
     return states
 
 
-def units_to_set(records: Sequence[Mapping[str, Any]],
-                 units: Mapping[str, Mapping[str, Any] | None], state: str,
-                 enabled: bool) -> list[Mapping[str, Any]]:
-    """The records whose unit is not yet ``state`` (started: active, stopped: inactive) and
-    ``enabled`` (enabled or disabled) as host_state read it: the ones systemd_service must
-    be run for. Any other state (activating, failed, static, not found) is left to it."""
-    active = "active" if state == "started" else "inactive"
-    file_state = "enabled" if enabled else "disabled"
-    return [record for record in records
-            if ((units.get(record["unit"]) or {}).get("ActiveState"),
-                (units.get(record["unit"]) or {}).get("UnitFileState")) != (active, file_state)]
-
-
 def worker_env_value(result: Mapping[str, Any], name: str) -> str | None:
     """One variable's value from a registered read of a worker's environment: a
     ``NAME="value"`` line of its systemd EnvironmentFile (worker.env.j2's quoting undone), or
@@ -398,7 +384,6 @@ class FilterModule:
             "worker_records": worker_records,
             "worker_env_quote": worker_env_quote,
             "worker_states": worker_states,
-            "units_to_set": units_to_set,
             "worker_env_value": worker_env_value,
             "worker_versions": worker_versions,
             "worker_build": worker_build,
