@@ -56,9 +56,10 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
-        relative = [path for path in args["files"] if not str(path).startswith("/")]
+        relative = [path for path in args["files"] if not str(path).startswith(("/", "~"))]
         if relative:
-            raise AnsibleActionFail(f"host_state: files must be absolute paths, got {relative[0]}")
+            raise AnsibleActionFail(
+                f"host_state: files must be absolute paths (or start with ~), got {relative[0]}")
         state = self.run_program("host_state", "read_state", args, task_vars or {})
         if not isinstance(state, dict):
             # The module reads the same, where a program cannot be passed.

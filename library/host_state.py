@@ -31,7 +31,9 @@ options:
     elements: str
     default: []
   files:
-    description: Absolute paths to read (not followed when a link).
+    description:
+      - Absolute paths to read (not followed when a link). A path may start with C(~), the
+        home of the user the read runs as, as for a module's path option.
     type: list
     elements: str
     default: []

@@ -61,6 +61,7 @@ def file_entry(path: str) -> dict[str, Any] | None:
     type, owner and group (ids and names), mode (octal string), whether the connecting user
     may execute it, and a regular file's SHA-1 (stat's checksum); None when nothing is there,
     or when it cannot be read."""
+    path = os.path.expanduser(path)  # ~ is the connecting (or become) user's, as for a module
     try:
         found = os.lstat(path)
     except OSError:

@@ -51,6 +51,9 @@ def test_files_are_read_as_stat_reports_them(tmp_path: Path) -> None:
     assert found[str(tmp_path)]["type"] == "directory"
     assert found[str(tmp_path / "link")]["type"] == "link"  # not followed
     assert found[str(tmp_path / "missing")] is None
+    # ~ is expanded where the read runs, and the path keeps the name it was asked by.
+    home = state.read_state({"files": ["~"]})["files"]["~"]
+    assert home is not None and home["uid"] == os.stat(os.path.expanduser("~")).st_uid
 
 
 def test_the_program_prints_what_the_function_returns() -> None:
