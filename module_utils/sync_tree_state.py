@@ -83,25 +83,16 @@ def octal_mode(mode: Any) -> int | None:
     return None
 
 
-def owner_id(owner: str | None) -> int | None:
-    """The uid ``owner`` names, as AnsibleModule resolves it (a number, else a user name);
-    KeyError for a user the target does not have."""
-    if owner is None:
+def account_id(name: str | None, by_name: Any) -> int | None:
+    """The uid or gid ``name`` names, as AnsibleModule resolves an owner or a group (a number,
+    else a name looked up with ``by_name``: pwd.getpwnam or grp.getgrnam); None when not
+    asked for; KeyError for a name the target does not have."""
+    if name is None:
         return None
     try:
-        return int(owner)
+        return int(name)
     except ValueError:
-        return pwd.getpwnam(owner).pw_uid
-
-
-def group_id(group: str | None) -> int | None:
-    """The gid ``group`` names (a number, else a group name); KeyError for an unknown one."""
-    if group is None:
-        return None
-    try:
-        return int(group)
-    except ValueError:
-        return grp.getgrnam(group).gr_gid
+        return by_name(name)[2]
 
 
 def has_attributes(path: str, uid: int | None, gid: int | None, mode: int) -> bool:
@@ -112,36 +103,41 @@ def has_attributes(path: str, uid: int | None, gid: int | None, mode: int) -> bo
             and stat.S_IMODE(found.st_mode) == mode)
 
 
+def first_difference(params: Mapping[str, Any], dest: str) -> str | None:
+    """What keeps the tree at ``dest`` from being as ``params`` say, or None when it is."""
+    manifest = params["manifest"]
+    mode = octal_mode(DEFAULT_MODE if params.get("mode") is None else params["mode"])
+    directory_mode = octal_mode(DEFAULT_DIRECTORY_MODE if params.get("directory_mode") is None
+                                else params["directory_mode"])
+    if mode is None or directory_mode is None:
+        return "a symbolic mode"
+    try:
+        uid = account_id(params.get("owner"), pwd.getpwnam)
+    except KeyError:
+        return f"no user {params['owner']} here"
+    try:
+        gid = account_id(params.get("group"), grp.getgrnam)
+    except KeyError:
+        return f"no group {params['group']} here"
+    for relative in tree_directories(manifest):
+        directory = os.path.join(dest, relative) if relative else dest
+        if not os.path.isdir(directory) or os.path.islink(directory):
+            return f"{directory} is not a directory"
+        if not has_attributes(directory, uid, gid, directory_mode):
+            return f"{directory}'s owner or mode"
+    stale = stale_files(dest, manifest)
+    if stale:
+        return f"{len(stale)} files differ"
+    return next((f"{relpath}'s owner or mode" for relpath in sorted(manifest)
+                 if not has_attributes(os.path.join(dest, relpath), uid, gid, mode)), None)
+
+
 def in_place_report(params: Mapping[str, Any]) -> dict[str, Any]:
     """Whether the tree the module's parameters describe (dest, manifest, owner, group, mode,
     directory_mode; the modes' defaults where None) is on the target as they say, so that a
     module run would change nothing: ``{"in_place": bool, "dest": the expanded dest, "why":
     what differs, if anything}``."""
     dest = os.path.expanduser(params["dest"])
-    manifest = params["manifest"]
-    mode = octal_mode(DEFAULT_MODE if params.get("mode") is None else params["mode"])
-    directory_mode = octal_mode(DEFAULT_DIRECTORY_MODE if params.get("directory_mode") is None
-                                else params["directory_mode"])
-    if mode is None or directory_mode is None:
-        return {"in_place": False, "dest": dest, "why": "a symbolic mode"}
-    try:
-        uid = owner_id(params.get("owner"))
-    except KeyError:
-        return {"in_place": False, "dest": dest, "why": f"no user {params['owner']} here"}
-    try:
-        gid = group_id(params.get("group"))
-    except KeyError:
-        return {"in_place": False, "dest": dest, "why": f"no group {params['group']} here"}
-    for relative in tree_directories(manifest):
-        directory = os.path.join(dest, relative) if relative else dest
-        if not os.path.isdir(directory) or os.path.islink(directory):
-            return {"in_place": False, "dest": dest, "why": f"{directory} is not a directory"}
-        if not has_attributes(directory, uid, gid, directory_mode):
-            return {"in_place": False, "dest": dest, "why": f"{directory}'s owner or mode"}
-    stale = stale_files(dest, manifest)
-    if stale:
-        return {"in_place": False, "dest": dest, "why": f"{len(stale)} files differ"}
-    for relpath in sorted(manifest):
-        if not has_attributes(os.path.join(dest, relpath), uid, gid, mode):
-            return {"in_place": False, "dest": dest, "why": f"{relpath}'s owner or mode"}
-    return {"in_place": True, "dest": dest}
+    why = first_difference(params, dest)
+    return {"in_place": True, "dest": dest} if why is None else {
+        "in_place": False, "dest": dest, "why": why}
