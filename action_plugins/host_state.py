@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""host_state: a host's accounts, files and systemd units, read with a plain Python program
-over the connection instead of a module run.
+"""host_state: a host's accounts, files, systemd units and launchd agents, read with a plain
+Python program over the connection instead of a module run.
 
 The module's documentation is in library/host_state.py. ``run_program`` is also how
 sync_tree's plugin asks whether a tree is in place (action_plugins/sync_tree.py).
@@ -27,7 +27,11 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "groups": {"type": "list", "elements": "str", "default": []},
     "files": {"type": "list", "elements": "str", "default": []},
     "units": {"type": "list", "elements": "str", "default": []},
+    "agents": {"type": "list", "elements": "str", "default": []},
+    "launchd_domain": {"type": "str"},
 }
+# What a read returns, whichever way it ran.
+RETURNED = ("users", "groups", "files", "units", "agents", "launchd_domain")
 
 display = Display()
 
@@ -64,18 +68,18 @@ class ActionModule(ActionBase):
         if not isinstance(state, dict):
             # The module reads the same, where a program cannot be passed.
             state = self._execute_module("host_state", module_args=args, task_vars=task_vars)
-            if state.get("failed"):
-                result.update(state)
-                return result
-        result.update(changed=False, users=state["users"], groups=state["groups"],
-                      files=state["files"], units=state["units"])
+        if state.get("failed"):
+            # Nobody logged in at the Mac's console, launchctl refusing: the module's words.
+            result.update(failed=True, msg=state.get("msg"))
+            return result
+        result.update(changed=False, **{key: state[key] for key in RETURNED})
         return result
 
     def run_program(self, utils: str, function: str, params: dict[str, Any],
                     task_vars: dict[str, Any]) -> Any:
         """``function`` of module_utils/<utils>.py (the standard library only) called with
         ``params`` on the target, by the interpreter its modules run on, as the task's become
-        user: what it returns, or None where it cannot run (no interpreter known yet in the
+        user, in the task's environment: what it returns, or None where it cannot run (no interpreter known yet in the
         run, a connection that cannot pass a program on stdin, a failure)."""
         interpreter = task_vars.get("ansible_python_interpreter") or (
             task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
@@ -88,8 +92,10 @@ class ActionModule(ActionBase):
             return None
         with open(source, encoding="utf-8") as stream:
             text = program(stream.read(), function, params)
-        read = self._low_level_execute_command(f"{interpreter} -", sudoable=True,
-                                               in_data=text.encode())
+        # The task's environment (a play's PATH, say) as a module gets it.
+        command = self._connection._shell.build_module_command(
+            self._compute_environment_string(), f"#!{interpreter}", "-")
+        read = self._low_level_execute_command(command, sudoable=True, in_data=text.encode())
         answer = last_json(read.get("stdout") or "") if read["rc"] == 0 else None
         if answer is None:
             display.vvv(f"{utils}.{function} did not run on the target (rc {read['rc']}: "

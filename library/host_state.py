@@ -7,12 +7,13 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: host_state
-short_description: Read a host's accounts, files and units in one pass, without a module run
+short_description: Read a host's accounts, files, units and agents in one pass, without a module run
 description:
   - Reads what a role compares before it decides whether a module must run at all (users as
     M(ansible.builtin.user) compares them, groups, files as M(ansible.builtin.stat) reports
-    them, with type, owner, group, mode and a regular file's SHA-1, and systemd units as
-    M(ansible.builtin.systemd_service) shows their status). Changes nothing.
+    them, with type, owner, group, mode and a regular file's SHA-1, systemd units as
+    M(ansible.builtin.systemd_service) shows their status, and launchd agents as
+    C(launchd_agent) reports them). Changes nothing.
   - The action plugin of the same name passes a short Python program over the connection (the
     standard library only, run by the interpreter the host's modules run on, as the task's
     become user), which costs a fraction of a module run, which starts Ansible's module code
@@ -42,6 +43,20 @@ options:
     type: list
     elements: str
     default: []
+  agents:
+    description:
+      - Labels of launchd agents of O(launchd_domain) to read (a C(launchctl print) each and
+        one C(launchctl print-disabled)).
+    type: list
+    elements: str
+    default: []
+  launchd_domain:
+    description:
+      - The launchd domain of O(agents). Unset means the reading user's C(gui/<uid>).
+      - Set, the read fails unless the domain exists, even without O(agents). A C(gui/<uid>)
+        domain exists only while its user is logged in at the console, and the failure says
+        so in one line, as C(launchd_agent)'s does.
+    type: str
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 attributes:
@@ -51,7 +66,7 @@ attributes:
   diff_mode:
     support: none
 notes:
-  - Linux and macOS (where every unit reads as null).
+  - Linux (where every agent reads as null) and macOS (where every unit reads as null).
 seealso:
   - module: ansible.builtin.getent
   - module: ansible.builtin.stat
@@ -72,6 +87,12 @@ EXAMPLES = r"""
     files: [/usr/local/bin/ollama]
     units: [ollama.service]
   register: ollama_state
+
+- name: Read the workers' agents, failing with one line when nobody is logged in
+  host_state:
+    agents: [jp.mapleharp.coordinator-web-worker]
+    launchd_domain: gui/501
+  register: agents_state
 
 - name: Create the group only where it is missing
   ansible.builtin.group:
@@ -131,6 +152,23 @@ units:
       SubState: running
       UnitFileState: enabled
       MainPID: 4242
+agents:
+  description:
+    - Each agent's C(loaded) (launchd has it), C(running), C(pid) (0 when not running) and
+      C(enabled) (not in C(launchctl print-disabled)); null where there is no launchctl.
+  returned: always
+  type: dict
+  sample:
+    jp.mapleharp.coordinator-web-worker:
+      loaded: true
+      running: true
+      pid: 812
+      enabled: true
+launchd_domain:
+  description: The launchd domain the agents were read in; null when none was read.
+  returned: always
+  type: str
+  sample: gui/501
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -141,12 +179,17 @@ ARGUMENT_SPEC = {
     "groups": {"type": "list", "elements": "str", "default": []},
     "files": {"type": "list", "elements": "str", "default": []},
     "units": {"type": "list", "elements": "str", "default": []},
+    "agents": {"type": "list", "elements": "str", "default": []},
+    "launchd_domain": {"type": "str"},
 }
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.exit_json(changed=False, **read_state(module.params))
+    state = read_state(module.params)
+    if state.get("failed"):
+        module.fail_json(msg=state["msg"])
+    module.exit_json(changed=False, **state)
 
 
 if __name__ == "__main__":

@@ -181,33 +181,26 @@ domain:
 
 import os
 import plistlib
-import pwd
 import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_state import (
+    DOMAIN_GONE,
+    NOT_LOADED,
+    agent_entry,
+    domain_user,
+    launchctl_failure,
+    not_logged_in,
+)
 
-# launchctl print of an agent launchd does not know: 113, "Could not find specified service"
-# (launchd's error table, copied in https://github.com/Alkenso/sLaunchctl,
-# Sources/sLaunchctl/Error.swift).
-NOT_LOADED = 113
-# A gui/<uid> domain that does not exist, because nobody is logged in at the console: 125
-# "Domain does not support specified action" (over SSH on current macOS:
-# https://github.com/rjwalters/loom/issues/4130, https://github.com/duh17/oppi/issues/38),
-# 112 "Could not find specified domain" (the same issue's earlier probe), 5 "Input/output
-# error" from bootstrap (https://github.com/psimaker/vaultsync/issues/89).
-DOMAIN_GONE = (5, 112, 125)
 # launchd.plist(5): ExitTimeOut's default is "system-defined"; 20 s is launchd's documented
 # default since Leopard. The margin covers launchd's own cleanup after the kill (it schedules
 # it seconds after the signal: https://github.com/Layr-Labs/d-inference/issues/1102).
 DEFAULT_EXIT_TIMEOUT = 20
 STOP_MARGIN = 10
-_PID = re.compile(r"^\s*pid = (\d+)\s*$", re.M)
-# The agent's own state is the first `state =` line; nested blocks (coalitions, event
-# triggers) print their own `state = active` further down.
-_STATE = re.compile(r"^\s*state = (.+?)\s*$", re.M)
 _EXIT_TIMEOUT = re.compile(r"^\s*exit timeout = (\d+)\s*$", re.M)
 
 
@@ -223,14 +216,9 @@ class Status:
 
 
 def parse_status(print_rc: int, print_out: str, disabled_out: str, label: str) -> Status:
-    """The agent's status from `launchctl print <domain>/<label>` and `print-disabled`."""
-    loaded = print_rc == 0
-    state = _STATE.search(print_out) if loaded else None
-    running = state is not None and state.group(1) == "running"
-    pid = _PID.search(print_out) if running else None
-    # Recent macOS prints `"label" => disabled`, older ones `"label" => true`.
-    disabled = re.search(r'"' + re.escape(label) + r'" => (?:disabled|true)', disabled_out)
-    return Status(loaded, running, int(pid.group(1)) if pid else 0, disabled is None)
+    """The agent's status from `launchctl print <domain>/<label>` and `print-disabled`, read
+    as host_state reads it (module_utils/host_state.py)."""
+    return Status(**agent_entry(print_rc, print_out, disabled_out, label))
 
 
 def stop_bound(print_out: str, plist_data: dict | None) -> int:
@@ -284,22 +272,6 @@ def expected_after(status: Status, commands: list[list[str]]) -> Status:
     return Status(loaded, loaded and status.running, status.pid if loaded else 0, enabled)
 
 
-def domain_user(domain: str) -> str:
-    """The login name of a `gui/<uid>` or `user/<uid>` domain's user."""
-    uid = domain.rpartition("/")[2]
-    try:
-        return pwd.getpwuid(int(uid)).pw_name
-    except (ValueError, KeyError):
-        return f"the user with uid {uid}"
-
-
-def not_logged_in(domain: str, user: str) -> str:
-    """The one line a user reads when the domain does not exist."""
-    return (f"{user} is not logged in at the console, so launchd has no {domain} domain for "
-            "its agents (FileVault turns automatic login off, and a restart logs everyone "
-            "out): log in at the console or enable automatic login, then run again")
-
-
 # -- the module -------------------------------------------------------------------------------
 
 
@@ -317,8 +289,7 @@ class Launchctl:
         return self.module.run_command([self.binary, *args])
 
     def fail(self, command: list[str], rc: int, out: str, err: str, **extra: object) -> None:
-        self.module.fail_json(msg=f"launchctl {' '.join(command)} failed ({rc}): "
-                                  f"{(err or out).strip()}", **extra)
+        self.module.fail_json(msg=launchctl_failure(command, rc, out, err), **extra)
 
     def check_domain(self) -> None:
         """Fail with the one line a user can act on when the domain does not exist."""

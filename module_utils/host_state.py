@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the ``host_state`` module reads of a host: accounts, files and systemd units, in one
-pass.
+"""What the ``host_state`` module reads of a host: accounts, files, systemd units and launchd
+agents, in one pass.
 
 The Python standard library only, and no Ansible: the module imports it, and its action
 plugin runs ``read_state`` with this file's own source as a plain Python program over the
@@ -15,14 +15,30 @@ import grp
 import hashlib
 import os
 import pwd
+import re
+import shutil
 import stat
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 CHUNK = 1 << 20
 # What systemd says of a unit, as ansible.builtin.systemd_service's status names it.
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID")
+# launchctl print of an agent launchd does not know: 113, "Could not find specified service"
+# (launchd's error table, copied in https://github.com/Alkenso/sLaunchctl,
+# Sources/sLaunchctl/Error.swift).
+NOT_LOADED = 113
+# A gui/<uid> domain that does not exist, because nobody is logged in at the console: 125
+# "Domain does not support specified action" (over SSH on current macOS:
+# https://github.com/rjwalters/loom/issues/4130, https://github.com/duh17/oppi/issues/38),
+# 112 "Could not find specified domain" (the same issue's earlier probe), 5 "Input/output
+# error" from bootstrap (https://github.com/psimaker/vaultsync/issues/89).
+DOMAIN_GONE = (5, 112, 125)
+_PID = re.compile(r"^\s*pid = (\d+)\s*$", re.M)
+# The agent's own state is the first `state =` line; nested blocks (coalitions, event
+# triggers) print their own `state = active` further down.
+_STATE = re.compile(r"^\s*state = (.+?)\s*$", re.M)
 
 
 def user_entry(name: str) -> dict[str, Any] | None:
@@ -116,13 +132,101 @@ def unit_entries(names: list[str]) -> dict[str, dict[str, Any] | None]:
     return parse_units(names, shown.stdout) if shown.returncode == 0 else dict.fromkeys(names)
 
 
-def read_state(params: Mapping[str, Iterable[str] | None]) -> dict[str, Any]:
-    """Each of ``params``' users, groups, files and units (lists of names and absolute paths)
-    as the host has it: ``{"users": {name: entry or None}, "groups": ..., "files": ...,
-    "units": ...}``."""
-    return {
+def agent_entry(print_rc: int, print_out: str, disabled_out: str,
+                label: str) -> dict[str, Any]:
+    """An agent as `launchctl print <domain>/<label>` (its exit code and output) and
+    `launchctl print-disabled <domain>` report it: loaded, running, pid (0 when not running),
+    enabled."""
+    loaded = print_rc == 0
+    state = _STATE.search(print_out) if loaded else None
+    running = state is not None and state.group(1) == "running"
+    pid = _PID.search(print_out) if running else None
+    # Recent macOS prints `"label" => disabled`, older ones `"label" => true`.
+    disabled = re.search(r'"' + re.escape(label) + r'" => (?:disabled|true)', disabled_out)
+    return {"loaded": loaded, "running": running, "pid": int(pid.group(1)) if pid else 0,
+            "enabled": disabled is None}
+
+
+def domain_user(domain: str) -> str:
+    """The login name of a `gui/<uid>` or `user/<uid>` domain's user."""
+    uid = domain.rpartition("/")[2]
+    try:
+        return pwd.getpwuid(int(uid)).pw_name
+    except (ValueError, KeyError):
+        return f"the user with uid {uid}"
+
+
+def not_logged_in(domain: str, user: str) -> str:
+    """The one line a user reads when the domain does not exist."""
+    return (f"{user} is not logged in at the console, so launchd has no {domain} domain for "
+            "its agents (FileVault turns automatic login off, and a restart logs everyone "
+            "out): log in at the console or enable automatic login, then run again")
+
+
+def launchctl_failure(command: list[str], rc: int, out: str, err: str) -> str:
+    """launchctl's own words for a subcommand that failed."""
+    return f"launchctl {' '.join(command)} failed ({rc}): {(err or out).strip()}"
+
+
+def launchctl(*args: str) -> tuple[int, str, str]:
+    """Run launchctl (/bin on macOS, on an SSH session's PATH): exit code, output, errors."""
+    try:
+        ran = subprocess.run(["launchctl", *args], capture_output=True, text=True, check=False)
+    except OSError as error:
+        return 127, "", str(error)
+    return ran.returncode, ran.stdout, ran.stderr
+
+
+def domain_problem(domain: str) -> str | None:
+    """Why launchd cannot answer for ``domain`` (nobody logged in, or launchctl's words);
+    None when the domain exists."""
+    rc, out, err = launchctl("print", domain)
+    if rc in DOMAIN_GONE:
+        return not_logged_in(domain, domain_user(domain))
+    return launchctl_failure(["print", domain], rc, out, err) if rc != 0 else None
+
+
+def agent_entries(labels: list[str], domain: str,
+                  check_domain: bool) -> tuple[dict[str, dict[str, Any] | None], str | None]:
+    """Each agent of ``domain`` as launchd has it (one `print` each, one `print-disabled`),
+    and why launchd could not answer (None when it did). Without labels, only whether the
+    domain exists, when ``check_domain``. None for each where there is no launchctl (Linux)."""
+    if shutil.which("launchctl") is None:
+        return dict.fromkeys(labels), None
+    if not labels:
+        return {}, domain_problem(domain) if check_domain else None
+    printed: dict[str, tuple[int, str]] = {}
+    for label in labels:
+        rc, out, err = launchctl("print", f"{domain}/{label}")
+        if rc not in (0, NOT_LOADED):
+            # A domain that is gone fails every subcommand: say why, not launchctl's code.
+            return {}, domain_problem(domain) or launchctl_failure(
+                ["print", f"{domain}/{label}"], rc, out, err)
+        printed[label] = (rc, out)
+    rc, disabled, err = launchctl("print-disabled", domain)
+    if rc != 0:
+        return {}, launchctl_failure(["print-disabled", domain], rc, disabled, err)
+    return {label: agent_entry(rc, out, disabled, label)
+            for label, (rc, out) in printed.items()}, None
+
+
+def read_state(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Each of ``params``' users, groups, files, units and agents (lists of names, absolute
+    paths and labels) as the host has it: ``{"users": {name: entry or None}, "groups": ...,
+    "files": ..., "units": ..., "agents": ..., "launchd_domain": ...}``, with ``failed`` and
+    ``msg`` where launchd cannot answer for the domain (nobody is logged in at the
+    console)."""
+    labels = list(params.get("agents") or ())
+    domain = params.get("launchd_domain") or f"gui/{os.getuid()}"
+    agents, problem = agent_entries(labels, domain, bool(params.get("launchd_domain")))
+    state = {
         "users": {name: user_entry(name) for name in params.get("users") or ()},
         "groups": {name: group_entry(name) for name in params.get("groups") or ()},
         "files": {path: file_entry(path) for path in params.get("files") or ()},
         "units": unit_entries(list(params.get("units") or ())),
+        "agents": agents,
+        "launchd_domain": domain if labels or params.get("launchd_domain") else None,
     }
+    if problem is not None:
+        state.update(failed=True, msg=problem)
+    return state

@@ -62,7 +62,8 @@ def test_the_program_prints_what_the_function_returns() -> None:
     ran = subprocess.run([sys.executable, "-"], input=text, capture_output=True, text=True,
                          check=True)
     assert action.last_json(ran.stdout) == {"users": {}, "groups": {"no-such-group-here": None},
-                                            "files": {}, "units": {}}
+                                            "files": {}, "units": {}, "agents": {},
+                                            "launchd_domain": None}
     assert action.last_json("") is None
     assert action.last_json("Traceback ...\nNameError: x") is None
 
@@ -74,6 +75,8 @@ PLAYBOOK = """
     - name: Read
       host_state: "{{ read_args }}"
       register: read
+      # A failed read is kept, to be looked at.
+      ignore_errors: true
     - name: Keep the result
       ansible.builtin.copy:
         content: "{{ read | to_json }}"
@@ -82,14 +85,17 @@ PLAYBOOK = """
 """
 
 
-def read_on_localhost(tmp_path: Path, args: dict, interpreter: str) -> tuple[dict, int]:
-    """host_state run by ansible-playbook at -vvv: its result, and how many module runs it
-    took (Ansible names the module file of each). This Python is first on PATH."""
+def read_on_localhost(tmp_path: Path, args: dict, interpreter: str, path: str = "",
+                      **extra_env: str) -> tuple[dict, int]:
+    """host_state run by ansible-playbook at -vvv: its result (failed or not), and how many
+    module runs it took (Ansible names the module file of each). ``path``, then this
+    Python, lead PATH."""
     playbook, result_file = tmp_path / "read.yml", tmp_path / "result.json"
     playbook.write_text(PLAYBOOK)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **extra_env,
+               PATH=os.pathsep.join(filter(None, [path, str(Path(sys.executable).parent),
+                                                  env.get("PATH", "")])))
     run = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", "localhost,",
          "-c", "local", "-e",
@@ -123,7 +129,7 @@ def test_documentation_matches_the_argument_spec() -> None:
     doc = module_doc("host_state")
     assert_options_documented(doc, module.ARGUMENT_SPEC)
     assert module.ARGUMENT_SPEC == action.ARGUMENT_SPEC
-    assert sorted(doc["return"]) == ["files", "groups", "units", "users"]
+    assert sorted(doc["return"]) == sorted(action.RETURNED)
 
 
 def test_units_are_read_from_one_systemctl_show() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ..host_state.test_host_state import read_on_localhost
 from ..library_kit import load_module, module_doc
 from ..macos.test_launchd_standin import CLIENT as LAB_LAUNCHCTL
 from ..macos.test_launchd_standin import Mac as LabMac
@@ -476,3 +477,37 @@ def test_lab_launchd_nobody_logged_in_is_the_one_line(lab_mac):
         host = module(**args)
         assert host["failed"] is True
         assert host["msg"] == NOT_LOGGED_IN
+
+
+@pytest.mark.parametrize(("interpreter", "module_runs"), [
+    (sys.executable, 0),  # host_state's program, over the connection
+    ("python3", 1),  # no interpreter path to give a program: its module reads
+])
+def test_lab_launchd_host_state_reads_the_agents_as_launchd_agent_reports_them(
+        lab_mac, tmp_path, interpreter, module_runs):
+    lab, module = lab_mac
+    plist, _log = draining_agent(lab, drain=0)
+    module(label=LABEL, plist=str(plist), state="started")
+    module(label="jp.mapleharp.idle", enabled=False)
+
+    def read(**args: object) -> tuple[dict, int]:
+        return read_on_localhost(tmp_path, args, interpreter, path=str(tmp_path / "bin"),
+                                 LAB_LAUNCHD_SOCKET_DIR=str(lab.sockets))
+
+    labels = [LABEL, "jp.mapleharp.idle"]
+    found, runs = read(agents=labels, launchd_domain=f"gui/{UID}")
+    assert runs == module_runs
+    assert found.get("failed") is not True, found
+    reported = {label: module(label=label)["status"] for label in labels}
+    assert found["agents"] == {label: {k: v for k, v in status.items() if k != "installed"}
+                               for label, status in reported.items()}
+    assert found["agents"][LABEL]["running"] and found["agents"][LABEL]["pid"] > 0
+    assert found["agents"]["jp.mapleharp.idle"] == {"loaded": False, "running": False,
+                                                    "pid": 0, "enabled": False}
+    assert found["launchd_domain"] == f"gui/{UID}"
+
+    lab.logout()
+    for args in ({"launchd_domain": f"gui/{UID}"}, {"agents": labels}):
+        gone, _runs = read(**args)
+        assert gone["failed"] is True
+        assert gone["msg"] == NOT_LOGGED_IN
