@@ -448,11 +448,36 @@ def units_not_as_asked(units: Mapping[str, Mapping[str, Any] | None], state: str
             if ((unit or {}).get("ActiveState"), (unit or {}).get("UnitFileState")) != asked]
 
 
+def agents_not_as_asked(agents: Mapping[str, Mapping[str, Any] | None], state: str,
+                        enabled: bool | None = None) -> list[str]:
+    """The launchd agents of ``agents`` (host_state's read) not yet ``state`` (started:
+    loaded and running, stopped: not loaded) and ``enabled`` (None: either, as launchd_agent
+    leaves it unset): the ones launchd_agent must be run for. One not running though loaded
+    (exited, waiting for a respawn) is left to it, as is one launchd did not answer for."""
+    def as_asked(agent: Mapping[str, Any] | None) -> bool:
+        if agent is None or enabled not in (None, agent["enabled"]):
+            return False
+        return agent["loaded"] and agent["running"] if state == "started" else not agent["loaded"]
+
+    return [label for label, agent in agents.items() if not as_asked(agent)]
+
+
+def directories_not_in_place(paths: Iterable[str],
+                             files: Mapping[str, Mapping[str, Any] | None],
+                             mode: str) -> list[str]:
+    """The ``paths`` that host_state's read of ``files`` does not find a directory with
+    ``mode``: the ones ansible.builtin.file (state directory, that mode) must be run for."""
+    return [path for path in paths
+            if (files.get(path) or {}).get("type") != "directory" or files[path]["mode"] != mode]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "cluster_tls_files": cluster_tls_files,
             "units_not_as_asked": units_not_as_asked,
+            "agents_not_as_asked": agents_not_as_asked,
+            "directories_not_in_place": directories_not_in_place,
             "worker_db_login": worker_db_login,
             "worker_redis_login": worker_redis_login,
             "coordinator_redis_login": coordinator_redis_login,

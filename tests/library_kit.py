@@ -20,9 +20,10 @@ ANSIBLE_DOC = VENV_BIN / "ansible-doc"
 
 
 def module_env(workdir: Path, **extra: str) -> dict[str, str]:
-    """Ansible run from ``workdir`` with this repository's modules and the JSON callback, and
-    none of this environment's ANSIBLE_* settings or any ansible.cfg (an empty one of its own),
-    so a developer's configuration cannot change what a test sees."""
+    """Ansible run from ``workdir`` with this repository's modules and plugins (as its
+    ansible.cfg names them: the roles use its action and filter plugins) and the JSON
+    callback, and none of this environment's ANSIBLE_* settings or any ansible.cfg (an empty
+    one of its own), so a developer's configuration cannot change what a test sees."""
     config = workdir / "ansible.cfg"
     config.write_text("[defaults]\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
@@ -32,6 +33,8 @@ def module_env(workdir: Path, **extra: str) -> dict[str, str]:
         "ANSIBLE_LOCAL_TEMP": str(workdir / "ansible-tmp"),
         "ANSIBLE_LIBRARY": str(REPO / "library"),
         "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
+        "ANSIBLE_ACTION_PLUGINS": str(REPO / "action_plugins"),
+        "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins"),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
         "ANSIBLE_LOCALHOST_WARNING": "false",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",

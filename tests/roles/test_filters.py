@@ -94,7 +94,7 @@ def test_the_secrets_are_named_as_the_environment_file_spells_them():
 def units_of(show: str) -> dict:
     """host_state's read of the units of a `systemctl show` (its Id lines name them)."""
     names = re.findall(r"^Id=(.+)$", show, re.M)
-    return host_state.parse_units(names, show)
+    return {"units": host_state.parse_units(names, show), "launchd_domain": None}
 
 
 SHOW = """\
@@ -124,7 +124,7 @@ def records(*names: str) -> list[dict]:
 
 def test_systemd_states_say_installed_enabled_running_and_pid():
     states = {s["name"]: s for s in worker.worker_states(
-        records("inference-worker", "web-worker"), units=units_of(SHOW))}
+        records("inference-worker", "web-worker"), units_of(SHOW))}
     assert {k: states["inference-worker"][k] for k in ("installed", "enabled", "running",
                                                        "pid")} == {
         "installed": True, "enabled": True, "running": True, "pid": 812}
@@ -135,7 +135,7 @@ def test_systemd_states_say_installed_enabled_running_and_pid():
 
 def test_only_units_not_yet_as_asked_are_given_to_systemd_service():
     infer, web = records("inference-worker", "web-worker")
-    units = units_of(SHOW)  # inference-worker active and enabled, web-worker inactive, enabled
+    units = units_of(SHOW)["units"]  # inference-worker active and enabled, web-worker inactive, enabled
     assert cluster.units_not_as_asked(units, "started", True) == [web["unit"]]
     assert cluster.units_not_as_asked(units, "stopped", True) == [infer["unit"]]
     assert cluster.units_not_as_asked(units, "started", False) == [infer["unit"], web["unit"]]
@@ -148,30 +148,56 @@ def test_only_units_not_yet_as_asked_are_given_to_systemd_service():
 
 def test_a_unit_systemd_does_not_know_is_not_installed():
     show = "Id=web-worker.service\nLoadState=not-found\nActiveState=inactive\nMainPID=0\n"
-    [state] = worker.worker_states(records("web-worker"), units=units_of(show))
+    [state] = worker.worker_states(records("web-worker"), units_of(show))
     assert (state["installed"], state["enabled"], state["running"]) == (False, False, False)
 
 
-def test_launchd_states_from_the_launchd_agent_results():
+def test_launchd_states_from_host_states_read_of_the_agents_and_plists():
     web, infer = records("web-worker", "inference-worker")
-    results = [
-        {"item": web, "status": {"loaded": True, "running": True, "pid": 4242, "enabled": True,
-                                 "installed": True}},
-        {"item": infer, "status": {"loaded": False, "running": False, "pid": 0,
-                                   "enabled": False, "installed": True}}]
-    states = {s["name"]: s for s in worker.worker_states([web, infer], launchd=results)}
+    read = {"launchd_domain": "gui/501",
+            "agents": {web["label"]: {"loaded": True, "running": True, "pid": 4242,
+                                      "enabled": True},
+                       infer["label"]: {"loaded": False, "running": False, "pid": 0,
+                                        "enabled": False}},
+            "files": {web["plist"]: {"type": "file", "mode": "0600"},
+                      infer["plist"]: {"type": "file", "mode": "0600"}},
+            "units": {}}
+    states = {s["name"]: s for s in worker.worker_states([web, infer], read)}
     assert {k: states["web-worker"][k] for k in ("installed", "enabled", "running", "pid")} == {
         "installed": True, "enabled": True, "running": True, "pid": 4242}
     assert {k: states["inference-worker"][k] for k in ("installed", "enabled", "running",
                                                        "pid")} == {
         "installed": True, "enabled": False, "running": False, "pid": 0}
+    # No plist: not installed, so not enabled either, whatever launchd says of the label.
+    [gone] = worker.worker_states([web], {**read, "files": {web["plist"]: None}})
+    assert (gone["installed"], gone["enabled"], gone["running"]) == (False, False, True)
+
+
+def test_only_agents_not_yet_as_asked_are_given_to_launchd_agent():
+    running = {"loaded": True, "running": True, "pid": 812, "enabled": True}
+    agents = {"a": running, "b": {**running, "running": False, "pid": 0},
+              "c": {"loaded": False, "running": False, "pid": 0, "enabled": False},
+              "d": None}
+    assert cluster.agents_not_as_asked(agents, "started", True) == ["b", "c", "d"]
+    assert cluster.agents_not_as_asked(agents, "stopped", False) == ["a", "b", "d"]
+    assert cluster.agents_not_as_asked(agents, "stopped", True) == ["a", "b", "c", "d"]
+    # Enabled or not, as launchd_agent leaves it when not asked.
+    assert cluster.agents_not_as_asked(agents, "stopped") == ["a", "b", "d"]
+
+
+def test_only_directories_not_yet_in_place_are_given_to_file():
+    files = {"/a": {"type": "directory", "mode": "0755"}, "/b": {"type": "directory",
+                                                                  "mode": "0700"},
+             "/c": {"type": "file", "mode": "0755"}, "/d": None}
+    assert cluster.directories_not_in_place(["/a", "/b", "/c", "/d", "/e"], files, "0755") == [
+        "/b", "/c", "/d", "/e"]
 
 
 # -- the registration check (tasks/verify.yml) -------------------------------------------------
 
 def expected_of(show: str = SHOW) -> list[dict]:
     return worker.expected_registrations(
-        worker.worker_states(records("inference-worker", "web-worker"), units=units_of(show)),
+        worker.worker_states(records("inference-worker", "web-worker"), units_of(show)),
         versions={"worker_infer.py": "1.0", "worker_web.py": "2.1"},
         envs={"inference-worker": {"COORDINATOR_URL": "https://10.0.0.1:8000/"},
               "web-worker": {"COORDINATOR_URL": "https://10.0.0.1:8000"}})
@@ -364,7 +390,7 @@ def test_hosts_with_the_same_problem_are_named_together():
 
 def test_running_workers_and_their_addresses_for_the_registry():
     inference, web = worker.worker_states(records("inference-worker", "web-worker"),
-                                          units=units_of(SHOW))
+                                          units_of(SHOW))
     hostvars = {"macbookair": {"worker_status": [inference, web]}, "other": {}}
     assert cluster.running_workers(["macbookair", "other"], hostvars, "inference") == [
         {"host": "192.168.0.43", "pid": 812}]

@@ -342,7 +342,7 @@ def test_verify_reads_the_pid_launchd_runs_and_finds_it_registered(tmp_path, coo
                        "version": worker_web.VERSION, "pid": 4242},
         "inference-worker": {"worker_id": "macbookair", "host": "10.89.20.43",
                              "version": worker_infer.VERSION, "pid": 4242}}
-    # launchd asked through launchd_agent: print and print-disabled only.
+    # launchd asked through host_state: print and print-disabled only.
     asked = calls(tmp_path)
     assert ["print", f"gui/501/{WEB_LABEL}"] in asked
     assert {c[0] for c in asked} == {"print", "print-disabled"}

@@ -5,7 +5,7 @@
 ``worker_records`` resolves each ``worker_instances`` entry into a record that tasks may loop
 over (names, ids, files, no secrets) and its environment, kept apart because it holds the
 passwords and the token and -vvv prints every loop item. ``worker_states`` joins the records
-with what systemd (host_state's read of the units) or launchd report, into the
+with what systemd or launchd report (host_state's read of units or agents), into the
 ``worker_status`` fact the role publishes. ``worker_versions``,
 ``expected_registrations``, ``missing_registrations`` and ``registration_report`` are the
 registration check (tasks/verify.yml): what the Coordinator must list, what it does not, and
@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import markupsafe
 from ansible.errors import AnsibleFilterError
 
 # The programs' shared contract (files/, beside roles/), for the worker tokens' derivation:
@@ -50,13 +51,14 @@ def worker_env_quote(value: Any) -> str:
 
 
 def secret_spellings(secrets: Iterable[str]) -> list[str]:
-    """Every way a worker's environment file spells ``secrets``: each as it is and inside a
-    libpq quoted value (PG_DSN's password), both as worker.env.j2 quotes them; what sync_tree
-    masks in the diff of those files."""
+    """Every way a worker's environment file or launchd plist spells ``secrets``: each as it
+    is and inside a libpq quoted value (PG_DSN's password), both as worker.env.j2 quotes them
+    and as worker.plist.j2 escapes them (Jinja's ``e``); what sync_tree masks in the diff of
+    those files."""
     spelled: set[str] = set()
     for secret in (str(value) for value in secrets if value):
         for form in (secret, libpq_escape(secret)):
-            spelled |= {form, worker_env_quote(form)}
+            spelled |= {form, worker_env_quote(form), str(markupsafe.escape(form))}
     return sorted(spelled)
 
 
@@ -178,25 +180,23 @@ def worker_records(
     return {"records": records, "envs": envs, "secrets": secret_spellings(secrets)}
 
 
-def worker_states(
-    records: Sequence[Mapping[str, Any]],
-    *,
-    units: Mapping[str, Mapping[str, Any] | None] | None = None,
-    launchd: Sequence[Mapping[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """Each record with what its service manager reports now: ``installed`` (its unit or
-    plist exists), ``enabled`` (starts at boot or login), ``running`` and ``pid`` (0 when not
-    running). Linux: ``units``, host_state's read of the units (unit -> LoadState,
-    ActiveState, UnitFileState, MainPID; None where systemd did not answer). macOS:
-    ``launchd``, the registered results of launchd_agent looped over the records."""
-    agents = {r["item"]["label"]: r.get("status", {}) for r in launchd or ()}
+def worker_states(records: Sequence[Mapping[str, Any]],
+                  read: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each record with what its service manager reports now, from host_state's ``read``:
+    ``installed`` (its unit, or its plist, exists), ``enabled`` (starts at boot or login),
+    ``running`` and ``pid`` (0 when not running). A read of launchd agents (it names its
+    domain) is a Mac's: each agent by its label, the plist among the files read. Otherwise
+    the units (unit -> LoadState, ActiveState, UnitFileState, MainPID; None where systemd did
+    not answer)."""
+    launchd = read.get("launchd_domain") is not None
+    agents, files, units = (read.get(key) or {} for key in ("agents", "files", "units"))
     states = []
     for record in records:
         state = dict(record)
-        if units is None:
-            agent = agents.get(record["label"], {})
-            state.update(installed=bool(agent.get("installed")),
-                         enabled=bool(agent.get("installed")) and bool(agent.get("enabled")),
+        if launchd:
+            agent = agents.get(record["label"]) or {}
+            installed = files.get(record["plist"]) is not None
+            state.update(installed=installed, enabled=installed and bool(agent.get("enabled")),
                          running=bool(agent.get("running")), pid=int(agent.get("pid") or 0))
         else:
             unit = units.get(record["unit"]) or {}
