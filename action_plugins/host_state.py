@@ -79,8 +79,9 @@ class ActionModule(ActionBase):
                     task_vars: dict[str, Any]) -> Any:
         """``function`` of module_utils/<utils>.py (the standard library only) called with
         ``params`` on the target, by the interpreter its modules run on, as the task's become
-        user, in the task's environment: what it returns, or None where it cannot run (no interpreter known yet in the
-        run, a connection that cannot pass a program on stdin, a failure)."""
+        user, in the task's environment: what it returns, or None where it cannot run (no
+        interpreter known yet in the run, a connection that cannot pass a program on stdin, a
+        failure)."""
         interpreter = task_vars.get("ansible_python_interpreter") or (
             task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
         if interpreter is not None:
