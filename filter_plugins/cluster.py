@@ -5,6 +5,7 @@ the roles share: the cluster's TLS files, whether a systemd unit is already as a
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 from collections.abc import Iterable, Mapping
@@ -471,6 +472,20 @@ def directories_not_in_place(paths: Iterable[str],
             if (files.get(path) or {}).get("type") != "directory" or files[path]["mode"] != mode]
 
 
+def rendered_in_place(found: Mapping[str, Any] | None, text: str,
+                      attributes: Mapping[str, Any]) -> bool:
+    """Whether host_state's read of a file (``found``) is ``text`` (a template rendered on
+    the controller, compared by SHA-1, as ansible.builtin.stat reports a checksum) with the
+    ``owner``, ``group`` and ``mode`` of ``attributes`` (those not given: any): then
+    ansible.builtin.template would change nothing, and is not run (even then it costs two
+    module runs)."""
+    if not found or found.get("type") != "file":
+        return False
+    return (found.get("checksum") == hashlib.sha1(text.encode()).hexdigest()
+            and all(attributes.get(key) in (None, found.get(key))
+                    for key in ("owner", "group", "mode")))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -478,6 +493,7 @@ class FilterModule:
             "units_not_as_asked": units_not_as_asked,
             "agents_not_as_asked": agents_not_as_asked,
             "directories_not_in_place": directories_not_in_place,
+            "rendered_in_place": rendered_in_place,
             "worker_db_login": worker_db_login,
             "worker_redis_login": worker_redis_login,
             "coordinator_redis_login": coordinator_redis_login,

@@ -135,7 +135,8 @@ def test_systemd_states_say_installed_enabled_running_and_pid():
 
 def test_only_units_not_yet_as_asked_are_given_to_systemd_service():
     infer, web = records("inference-worker", "web-worker")
-    units = units_of(SHOW)["units"]  # inference-worker active and enabled, web-worker inactive, enabled
+    # inference-worker active and enabled, web-worker inactive and enabled
+    units = units_of(SHOW)["units"]
     assert cluster.units_not_as_asked(units, "started", True) == [web["unit"]]
     assert cluster.units_not_as_asked(units, "stopped", True) == [infer["unit"]]
     assert cluster.units_not_as_asked(units, "started", False) == [infer["unit"], web["unit"]]
@@ -869,3 +870,17 @@ def test_redis_acl_lines_disable_default_and_refuse_what_cannot_be_written():
                                    **kwargs | {"worker_password_key": ""})
     with pytest.raises(redis_role.RedisAclError, match="must differ"):
         redis_role.redis_acl_lines([], **kwargs | {"coordinator_user": "admin"})
+
+
+def test_a_rendered_file_is_in_place_only_with_its_text_owner_group_and_mode():
+    text = "user admin on #0123 ~* &* +@all\n"
+    found = {"type": "file", "owner": "redis", "group": "redis", "mode": "0600",
+             "checksum": hashlib.sha1(text.encode()).hexdigest()}
+    asked = {"src": "users.acl.j2", "owner": "redis", "group": "redis", "mode": "0600"}
+    assert cluster.rendered_in_place(found, text, asked)
+    assert cluster.rendered_in_place(found, text, {"mode": "0600"})  # owner, group: any
+    assert not cluster.rendered_in_place(found, text + "\n", asked)
+    for key, other in (("owner", "root"), ("group", "root"), ("mode", "0640")):
+        assert not cluster.rendered_in_place(found, text, {**asked, key: other}), key
+    assert not cluster.rendered_in_place(None, text, asked)
+    assert not cluster.rendered_in_place({**found, "type": "link"}, text, asked)
