@@ -732,6 +732,21 @@ def test_with_the_cluster_ca_the_dsn_requires_tls_and_a_certificate_naming_the_d
                                                   **SETTINGS)["envs"]["web-worker"]["PG_DSN"]
 
 
+def test_with_several_database_hosts_libpq_takes_the_one_that_accepts_writes():
+    """A primary and its standbys (docs/scaling.md): libpq tries them in turn and keeps the
+    first whose session is not read-only."""
+    def dsn_for(host: str) -> dict:
+        db = SETTINGS["db"] | {"host": host}
+        dsn = worker.worker_records([{"name": "web-worker", "kind": "web"}],
+                                    **SETTINGS | {"db": db})["envs"]["web-worker"]["PG_DSN"]
+        return psycopg2.extensions.parse_dsn(dsn)
+
+    several = dsn_for("10.0.0.1,10.0.0.2")
+    assert (several["host"], several["target_session_attrs"]) == ("10.0.0.1,10.0.0.2",
+                                                                  "read-write")
+    assert "target_session_attrs" not in dsn_for("10.0.0.1")
+
+
 KEY = "the-workers-key-from-the-vault"
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jinja2
+import psycopg2
 import pytest
 import worker_base
 import worker_infer
@@ -64,9 +65,9 @@ def defaults(role: str) -> dict[str, Any]:
     return yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
 
 
-def coordinator_env() -> dict[str, str]:
-    """coordinator.env as the role writes it with its defaults."""
-    values = rendered(defaults("coordinator"), HOST)
+def coordinator_env(**settings: object) -> dict[str, str]:
+    """coordinator.env as the role writes it with its defaults (and ``settings``)."""
+    values = {**rendered(defaults("coordinator"), HOST), **settings}
     template = (REPO / "roles" / "coordinator" / "templates" / "coordinator.env.j2").read_text()
     text = environment().from_string(template).render({**HOST, **values})
     pairs = re.findall(r'^([A-Z_]+)="((?:[^"\\]|\\.)*)"$', text, re.M)
@@ -105,6 +106,16 @@ def test_the_coordinator_roles_defaults_are_the_programs():
     assert {"COORDINATOR_PORT", "REDIS_PORT", "COORDINATOR_METRICS_OPEN"} <= set(env)
     assert drift(load_config, env, (ConfigError,)) == {
         name: env[name] for name in ON_PURPOSE if name in env}
+
+
+def test_the_coordinator_takes_the_database_host_that_accepts_writes_of_several():
+    """A primary and its standbys (docs/scaling.md): libpq keeps the first writable one."""
+    several = psycopg2.extensions.parse_dsn(
+        coordinator_env(coordinator_db_host="10.0.0.1,10.0.0.2")["PG_DSN"])
+    assert (several["host"], several["target_session_attrs"]) == ("10.0.0.1,10.0.0.2",
+                                                                  "read-write")
+    assert "target_session_attrs" not in psycopg2.extensions.parse_dsn(
+        coordinator_env()["PG_DSN"])
 
 
 @pytest.mark.parametrize("config_class", [worker_web.WebConfig, worker_infer.InferConfig],

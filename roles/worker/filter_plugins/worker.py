@@ -65,9 +65,13 @@ def secret_spellings(secrets: Iterable[str]) -> list[str]:
 def pg_dsn(host: str, port: int | str, dbname: str, user: str, password: str,
            ssl_root_cert: str = "") -> str:
     """The workers' libpq DSN; with ``ssl_root_cert`` (the cluster CA's certificate on the
-    host) TLS is required and the server's certificate must name ``host`` (verify-full)."""
+    host) TLS is required and the server's certificate must name ``host`` (verify-full).
+    ``host`` may list several hosts (``a,b``, a primary and its standbys, docs/scaling.md):
+    libpq then takes the first that accepts writes (``target_session_attrs=read-write``)."""
     dsn = (f"host={host} port={port} dbname={dbname} user={user} "
            f"password={libpq_quote(str(password))}")
+    if "," in str(host):
+        dsn += " target_session_attrs=read-write"
     if ssl_root_cert:
         dsn += f" sslmode=verify-full sslrootcert={libpq_quote(ssl_root_cert)}"
     return dsn
