@@ -9,6 +9,7 @@ sync_tree's plugin asks whether a tree is in place (action_plugins/sync_tree.py)
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from typing import Any
@@ -22,14 +23,14 @@ from ansible.utils.display import Display
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "module_utils")
 
-ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    "users": {"type": "list", "elements": "str", "default": []},
-    "groups": {"type": "list", "elements": "str", "default": []},
-    "files": {"type": "list", "elements": "str", "default": []},
-    "units": {"type": "list", "elements": "str", "default": []},
-    "agents": {"type": "list", "elements": "str", "default": []},
-    "launchd_domain": {"type": "str"},
-}
+
+# module_utils/host_state.py imported here on the controller (the standard library only), for
+# the argument spec the module validates with.
+_spec = importlib.util.spec_from_file_location("host_state_utils",
+                                               os.path.join(MODULE_UTILS, "host_state.py"))
+_utils = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_utils)
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = _utils.ARGUMENT_SPEC
 # What a read returns, whichever way it ran.
 RETURNED = ("users", "groups", "files", "units", "agents", "launchd_domain")
 

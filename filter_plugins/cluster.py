@@ -463,6 +463,11 @@ def agents_not_as_asked(agents: Mapping[str, Mapping[str, Any] | None], state: s
     return [label for label, agent in agents.items() if not as_asked(agent)]
 
 
+def paths_found(files: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The paths host_state's read of ``files`` found something at."""
+    return [path for path, found in files.items() if found is not None]
+
+
 def directories_not_in_place(paths: Iterable[str],
                              files: Mapping[str, Mapping[str, Any] | None],
                              mode: str) -> list[str]:
@@ -493,6 +498,7 @@ class FilterModule:
             "units_not_as_asked": units_not_as_asked,
             "agents_not_as_asked": agents_not_as_asked,
             "directories_not_in_place": directories_not_in_place,
+            "paths_found": paths_found,
             "rendered_in_place": rendered_in_place,
             "worker_db_login": worker_db_login,
             "worker_redis_login": worker_redis_login,

@@ -172,16 +172,7 @@ launchd_domain:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_state import read_state
-
-ARGUMENT_SPEC = {
-    "users": {"type": "list", "elements": "str", "default": []},
-    "groups": {"type": "list", "elements": "str", "default": []},
-    "files": {"type": "list", "elements": "str", "default": []},
-    "units": {"type": "list", "elements": "str", "default": []},
-    "agents": {"type": "list", "elements": "str", "default": []},
-    "launchd_domain": {"type": "str"},
-}
+from ansible.module_utils.host_state import ARGUMENT_SPEC, read_state
 
 
 def main() -> None:

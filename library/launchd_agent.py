@@ -188,12 +188,10 @@ from dataclasses import asdict, dataclass
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_state import (
-    DOMAIN_GONE,
     NOT_LOADED,
     agent_entry,
-    domain_user,
+    domain_problem,
     launchctl_failure,
-    not_logged_in,
 )
 
 # launchd.plist(5): ExitTimeOut's default is "system-defined"; 20 s is launchd's documented
@@ -293,12 +291,9 @@ class Launchctl:
 
     def check_domain(self) -> None:
         """Fail with the one line a user can act on when the domain does not exist."""
-        rc, out, err = self.run("print", self.domain)
-        if rc in DOMAIN_GONE:
-            self.module.fail_json(msg=not_logged_in(self.domain, domain_user(self.domain)),
-                                  domain=self.domain, commands=[])
-        if rc != 0:
-            self.fail(["print", self.domain], rc, out, err)
+        problem = domain_problem(self.domain, self.run)
+        if problem is not None:
+            self.module.fail_json(msg=problem, domain=self.domain, commands=[])
 
     def status(self) -> Status:
         rc, out, err = self.run("print", self.target)

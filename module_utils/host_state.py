@@ -19,10 +19,20 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 CHUNK = 1 << 20
+# host_state's options (documented in library/host_state.py), for the module and its action
+# plugin alike.
+ARGUMENT_SPEC = {
+    "users": {"type": "list", "elements": "str", "default": []},
+    "groups": {"type": "list", "elements": "str", "default": []},
+    "files": {"type": "list", "elements": "str", "default": []},
+    "units": {"type": "list", "elements": "str", "default": []},
+    "agents": {"type": "list", "elements": "str", "default": []},
+    "launchd_domain": {"type": "str"},
+}
 # What systemd says of a unit, as ansible.builtin.systemd_service's status names it.
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID")
 # launchctl print of an agent launchd does not know: 113, "Could not find specified service"
@@ -177,10 +187,11 @@ def launchctl(*args: str) -> tuple[int, str, str]:
     return ran.returncode, ran.stdout, ran.stderr
 
 
-def domain_problem(domain: str) -> str | None:
+def domain_problem(domain: str, run: Callable[..., tuple[int, str, str]] = launchctl
+                   ) -> str | None:
     """Why launchd cannot answer for ``domain`` (nobody logged in, or launchctl's words);
-    None when the domain exists."""
-    rc, out, err = launchctl("print", domain)
+    None when the domain exists. ``run`` runs launchctl (a module passes its own)."""
+    rc, out, err = run("print", domain)
     if rc in DOMAIN_GONE:
         return not_logged_in(domain, domain_user(domain))
     return launchctl_failure(["print", domain], rc, out, err) if rc != 0 else None

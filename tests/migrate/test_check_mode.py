@@ -7,7 +7,8 @@ web worker on lab-worker-slow):
 2. a move checked (web_workers edited) says what a run would do, in one line where a step
    cannot be known without acting, rolls nothing back and changes nothing;
 3. drift made by hand (a pg_hba.conf line removed, an environment file and a unit edited, the
-   TLS key made world-readable, a worker stopped, a model removed from Ollama):
+   TLS key and the Redis users' file made world-readable, a worker stopped, a model removed
+   from Ollama):
    `site.yml --check --diff` reports each as
    changed, with the diff of each file, its secrets masked, and nothing else on any host,
    and leaves all of it as it is; site.yml then repairs it.
@@ -20,10 +21,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import coordinator_contract as contract
 import pytest
 import requests
+import yaml
 
 from lab import drive
 from lab import prometheus as lab_prometheus
@@ -48,6 +51,7 @@ DRIFT_TASKS = {
               "(managed block)",
               "postgresql_access : Reload postgresql",
               "cluster_tls : Host | server key",
+              "redis : Configure | the ACL users (password hashes only), readable by redis alone",
               "worker : Write the workers' environment files (hold secrets)",
               "worker : Install the workers' systemd units",
               WORKER_RESTART},
@@ -88,6 +92,15 @@ def tls_key(node) -> str:
 
 def key_mode(node) -> str:
     return node.sh("stat", "-c", "%U:%G %a", tls_key(node), check=True).stdout.strip()
+
+
+# The Redis users' file, where the redis role's defaults place it (the lab keeps them).
+ACL_FILE = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles" / "redis" / "defaults"
+                           / "main.yml").read_text())["redis_aclfile_path"]
+
+
+def acl_mode(node) -> str:
+    return node.sh("stat", "-c", "%U:%G %a", ACL_FILE, check=True).stdout.strip()
 
 
 def ollama_models(cluster, host: str) -> list[str]:
@@ -195,11 +208,15 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     assert not prometheus.firing(NO_WEB_WORKER)
 
     # The drift, by hand: the web host's pg_hba.conf line, the database host's inference
-    # worker's environment file and unit and its TLS key's mode, the web worker stopped, its
-    # host's model deleted.
+    # worker's environment file and unit, its TLS key's mode and the Redis users' file's mode
+    # (same text: the redis role's read must still send it to template), the web worker
+    # stopped, its host's model deleted.
+    acl_before = acl_mode(db)
+    assert acl_before == "redis:redis 600"
     db.sh("sed", "-i", f"/{old_node.address}\\/32/d", hba, check=True)
     db.sh("pg_ctlcluster", "15", "main", "reload", check=True)
     db.sh("chmod", "0644", tls_key(db), check=True)
+    db.sh("chmod", "0644", ACL_FILE, check=True)
     db.sh("sed", "-i", 's/^SHUTDOWN_TIMEOUT=.*/SHUTDOWN_TIMEOUT="77"/', env_file, check=True)
     db.sh("sed", "-i", "s/^RestartSec=3$/RestartSec=9/", unit_file, check=True)
     url, stopped = drive.notify_url(db), time.time()
@@ -215,7 +232,7 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
                     json={"model": DEFAULT_MODEL}, timeout=10).raise_for_status()
     assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
     drifted = {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file),
-               "key": key_mode(db)}
+               "key": key_mode(db), "acl": acl_mode(db)}
     infer_pids = db.processes("worker_infer.py")
 
     checked = cluster.playbooks.run("site.yml", cluster.inventory(OLD), *CHECK)
@@ -242,7 +259,7 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
 
     # Left as it is.
     assert {"hba": read(db, hba), "env": read(db, env_file), "unit": read(db, unit_file),
-            "key": key_mode(db)} == drifted
+            "key": key_mode(db), "acl": acl_mode(db)} == drifted
     assert not old_node.worker_active()
     assert not contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
     assert db.processes("worker_infer.py") == infer_pids
@@ -253,6 +270,7 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     assert re.search(rf"\s{re.escape(old_node.address)}/32\s", read(db, hba))
     assert (read(db, env_file), read(db, unit_file)) == (env_before, unit_before)
     assert key_mode(db) == "root:ssl-cert 640"
+    assert acl_mode(db) == acl_before
     assert contract.has_model(ollama_models(cluster, OLD), DEFAULT_MODEL)
     # The inference worker restarted with its files; the web worker serves again.
     assert db.processes("worker_infer.py") != infer_pids

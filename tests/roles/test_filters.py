@@ -192,6 +192,7 @@ def test_only_directories_not_yet_in_place_are_given_to_file():
              "/c": {"type": "file", "mode": "0755"}, "/d": None}
     assert cluster.directories_not_in_place(["/a", "/b", "/c", "/d", "/e"], files, "0755") == [
         "/b", "/c", "/d", "/e"]
+    assert cluster.paths_found(files) == ["/a", "/b", "/c"]
 
 
 # -- the registration check (tasks/verify.yml) -------------------------------------------------
