@@ -31,7 +31,7 @@ WORKER_ALIVE = ("(stopped_at IS NULL AND last_heartbeat > clock_timestamp()"
 #: (coordinator/tasks.task_view, api_models.Task).
 PUBLIC_COLUMNS = (
     "id, task_type, status, result, fallback, worker, worker_id, worker_host, error,"
-    " attempts, max_attempts, model, answered_model, queue, requested_worker, created_at,"
+    " attempts, max_attempts, model, options, answered_model, queue, requested_worker, created_at,"
     " started_at, finished_at"
 )
 #: What a worker is now, for people: one word (GET /workers ``state``, the status page).
@@ -97,13 +97,15 @@ class SQL:
     #: statement text, so it is prepared once); a null queue waits for an inference worker.
     INSERT_TASKS = (
         "INSERT INTO tasks (id, task_type, prompt, model, queue, worker, max_attempts,"
-        " requested_worker, dispatched_at)"
+        " requested_worker, options, dispatched_at)"
         " SELECT t.id, t.task_type, t.prompt, t.model, t.queue, t.worker, t.max_attempts,"
-        " t.requested_worker, CASE WHEN t.queue IS NULL THEN NULL ELSE clock_timestamp() END"
+        " t.requested_worker, t.options::jsonb,"
+        " CASE WHEN t.queue IS NULL THEN NULL ELSE clock_timestamp() END"
         " FROM unnest(%(ids)s::uuid[], %(task_types)s::text[], %(prompts)s::text[],"
         " %(models)s::text[], %(queues)s::text[], %(workers)s::text[],"
-        " %(max_attempts)s::int4[], %(requested_workers)s::text[])"
-        " AS t(id, task_type, prompt, model, queue, worker, max_attempts, requested_worker)"
+        " %(max_attempts)s::int4[], %(requested_workers)s::text[], %(options)s::text[])"
+        " AS t(id, task_type, prompt, model, queue, worker, max_attempts, requested_worker,"
+        " options)"
     )
     #: A ``running`` or ``queued`` task (back) to ``queued`` on ``queue`` (null: wait for a
     #: worker); ``attempts`` counts claims and is not touched.
@@ -145,7 +147,7 @@ class SQL:
         "UPDATE tasks SET status = 'running', claim = %(claim)s, worker_id = %(worker_id)s,"
         " worker_host = %(host)s, started_at = clock_timestamp(), attempts = attempts + 1"
         " WHERE id = %(id)s AND status = 'queued' AND queue = ANY(%(queues)s)"
-        " RETURNING task_type, prompt, model"
+        " RETURNING task_type, prompt, model, options"
     )
     #: A task its own earlier process left running when it died mid-task; safe because only
     #: the holder of the worker's advisory lock (one process) runs it.
@@ -154,7 +156,7 @@ class SQL:
         " started_at = clock_timestamp(), attempts = attempts + 1"
         " WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s"
         " AND queue = ANY(%(queues)s)"
-        " RETURNING task_type, prompt, model"
+        " RETURNING task_type, prompt, model, options"
     )
     #: CLAIM and RECLAIM as the workers send them: committed without waiting for the flush.
     CLAIM_ASYNC_COMMIT = _ASYNC_COMMIT + CLAIM

@@ -343,6 +343,8 @@ class Task:
     task_type: str
     prompt: str
     model: str | None
+    # The Ollama options POST /route gave (tasks.options), for the model the worker asks.
+    options: dict[str, Any] | None = None
 
 
 @dataclass
@@ -478,7 +480,7 @@ class TaskStore:
                 row = cur.fetchone()
             if row is not None:
                 log.info("Task %s claimed", task_id)
-                return Task(task_id, token, row[0], row[1], row[2])
+                return Task(task_id, token, *row)
             cur.execute(SQL.TASK_STATE, params)
             state = cur.fetchone()
         if state is None:

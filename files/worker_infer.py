@@ -64,17 +64,19 @@ class InferenceWorker(base.OllamaWorker):
             return base.Outcome("failed", error=f"worker_infer answers {', '.join(TASK_TYPES)} "
                                            f"tasks, not {task.task_type}")
         model = task.model or self.cfg.ollama_model
+        # The task's Ollama options, as POST /route took them; none: Ollama's defaults.
+        options = {"options": task.options} if task.options else {}
         try:
             if task.task_type == "chat":
                 answer = self.ollama("/api/chat", {
                     "model": model, "messages": [{"role": "user", "content": task.prompt}],
-                })["message"]["content"]
+                    **options})["message"]["content"]
             else:
                 prompt = task.prompt
                 if task.task_type == "summarize":
                     prompt = SUMMARIZE_PROMPT + prompt
-                answer = self.ollama("/api/generate", {"model": model,
-                                                       "prompt": prompt})["response"]
+                answer = self.ollama("/api/generate", {"model": model, "prompt": prompt,
+                                                       **options})["response"]
         except base.OllamaError as error:
             return base.Outcome("failed", error=str(error))
         except (KeyError, TypeError):

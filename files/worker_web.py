@@ -129,7 +129,8 @@ class WebWorker(base.OllamaWorker):
             return base.Outcome("done", result=f"SearXNG found nothing for: {task.prompt}")
         note = found.failures_note()
         try:
-            return base.Outcome("done", result=self.summarise(task.prompt, found.results) + note,
+            return base.Outcome("done", result=self.summarise(task.prompt, found.results,
+                                                               task.options) + note,
                                 answered_model=self.cfg.ollama_model)
         except SummaryError as error:
             return base.Outcome("done", result=fallback_answer(str(error), found.results) + note,
@@ -187,12 +188,15 @@ class WebWorker(base.OllamaWorker):
         return Found([item for item in results if isinstance(item, dict)][:SEARCH_RESULTS_USED],
                      failed_engines(answer.get("unresponsive_engines")))
 
-    def summarise(self, question: str, results: list[dict[str, Any]]) -> str:
-        """Ollama's summary of ``results``; SummaryError (the task falls back) otherwise."""
+    def summarise(self, question: str, results: list[dict[str, Any]],
+                  options: dict[str, Any] | None = None) -> str:
+        """Ollama's summary of ``results``, with the task's Ollama ``options`` (num_predict at
+        most SUMMARY_MAX_TOKENS); SummaryError (the task falls back) otherwise."""
+        options = summary_options(options, self.cfg.summary_max_tokens)
         try:
             answer = self.ollama("/api/generate", {
                 "model": self.cfg.ollama_model, "prompt": summary_prompt(question, results),
-                "options": {"num_predict": self.cfg.summary_max_tokens}})
+                "options": options})
         except base.OllamaError as error:
             raise SummaryError(str(error)) from None
         summary = answer.get("response")
@@ -203,10 +207,18 @@ class WebWorker(base.OllamaWorker):
             raise SummaryError(f"Ollama at {self.cfg.ollama_host} gave an empty summary")
         if answer.get("done_reason") == "length":
             # Cut by num_predict, not ended by the model: said, so nobody takes it as whole.
-            base.log.warning("summary cut at SUMMARY_MAX_TOKENS=%d tokens",
-                             self.cfg.summary_max_tokens)
+            base.log.warning("summary cut at %d tokens (SUMMARY_MAX_TOKENS=%d)",
+                             options["num_predict"], self.cfg.summary_max_tokens)
             return f"{summary} …"
         return summary
+
+
+def summary_options(options: dict[str, Any] | None, max_tokens: int) -> dict[str, Any]:
+    """A task's Ollama options for its summary: its own num_predict when it asks for fewer
+    tokens than ``max_tokens`` (SUMMARY_MAX_TOKENS), else that bound."""
+    options = dict(options or {})
+    options["num_predict"] = min(int(options.get("num_predict") or max_tokens), max_tokens)
+    return options
 
 
 def failed_engines(unresponsive: object) -> list[str]:

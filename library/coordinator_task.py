@@ -61,6 +61,16 @@ options:
       - Worker id an inference task is routed to (sent as C(worker) in the route request).
         Unset lets the Coordinator choose.
     type: str
+  options:
+    description:
+      - Ollama options the task carries to the model its worker asks (sent as C(options) in
+        the route request), for C(web_search) and the inference types; C(temperature) 0,
+        C(seed) 42 and C(num_predict) 64, for example, give greedy answers of at most 64
+        tokens that repeat. The Coordinator takes C(num_predict), C(seed), C(temperature), C(top_k),
+        C(top_p), C(min_p), C(repeat_penalty) and C(stop), and names any other it refuses.
+      - Unset leaves Ollama's defaults (the web worker still caps its summary at its
+        C(SUMMARY_MAX_TOKENS)).
+    type: dict
   worker_host:
     description:
       - Host expected to have done the work, compared (case-insensitively) with the
@@ -228,6 +238,11 @@ EXAMPLES = r"""
     task_type: generate
     target_worker: macbookair
     prompt: Say hello in one word.
+    # Greedy and short: the same answer, as long, every time.
+    options:
+      temperature: 0
+      seed: 42
+      num_predict: 16
     worker_host: macbookair
     timeout: 120
     poll_interval: 2
@@ -392,6 +407,7 @@ def argument_spec() -> dict[str, Any]:
         },
         "model": {"type": "str"},
         "target_worker": {"type": "str"},
+        "options": {"type": "dict"},
         "worker_host": {"type": "str"},
         "claimed_by_host": {"type": "str"},
         "allow_fallback": {"type": "bool", "default": False},
@@ -464,6 +480,7 @@ class Probe:
             task_type=params["task_type"],
             model=params["model"],
             target_worker=params["target_worker"],
+            options=params["options"],
         )
         deadline = time.monotonic() + params["timeout"]
         while True:

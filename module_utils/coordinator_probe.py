@@ -198,13 +198,16 @@ def build_route_request(
     task_type: str,
     model: str | None,
     target_worker: str | None,
+    options: dict[str, Any] | None = None,
 ) -> RouteRequest:
     """``POST /route`` as docs/design.md defines it: optional keys only when set."""
-    body: dict[str, str] = {"prompt": prompt, "task_type": task_type}
+    body: dict[str, Any] = {"prompt": prompt, "task_type": task_type}
     if model:
         body["model"] = model
     if target_worker:
         body["worker"] = target_worker
+    if options:
+        body["options"] = options
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if coordinator_token:
         headers["Authorization"] = f"Bearer {coordinator_token}"

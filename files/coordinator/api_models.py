@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
+import annotated_types
 from coordinator_contract import (
     INFERENCE_TYPES,
     KIND_QUEUES,
@@ -24,13 +25,15 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
+    create_model,
     field_validator,
 )
 
 from .queries import WORKER_STATES
-from .routing import BLANK, NAME
+from .routing import BLANK, NAME, OPTION_KINDS, ROUTES, TASK_OPTIONS
 
 # Text PostgreSQL can store: no NUL. With at least one character that is not white space.
 NO_NUL = "^[^\\u0000]*$"
@@ -66,12 +69,38 @@ class ErrorBody(BaseModel):
 
 # -- POST /route -----------------------------------------------------------------------------
 
-_ROUTE_RULE = {
+_ROUTE_RULE = {"allOf": [
     # 'worker' only for the inference types: the shared ones go to their shared queue.
-    "if": {"properties": {"task_type": {"enum": list(SHARED_TYPES)}},
-           "required": ["task_type"]},
-    "then": {"properties": {"worker": {"type": "null"}}},
-}
+    {"if": {"properties": {"task_type": {"enum": list(SHARED_TYPES)}},
+            "required": ["task_type"]},
+     "then": {"properties": {"worker": {"type": "null"}}}},
+    # 'options' only for the types whose workers ask Ollama.
+    {"if": {"properties": {"task_type": {"enum": [
+        t for t in TASK_TYPES if ROUTES[t].kind not in OPTION_KINDS]}},
+            "required": ["task_type"]},
+     "then": {"properties": {"options": {"type": "null"}}}},
+]}
+
+
+def _option_type(name: str) -> Any:
+    rule = TASK_OPTIONS[name]
+    if rule.kind == "strings":
+        return list[Annotated[StrictStr, Field(min_length=1, pattern=NO_NUL)]]
+    bounds = annotated_types.Interval(ge=rule.minimum, le=rule.maximum)
+    if rule.kind == "integer":
+        return Annotated[StrictInt, bounds, BeforeValidator(_integral)]
+    return Annotated[StrictFloat, bounds]
+
+
+#: POST /route's ``options``, from routing.TASK_OPTIONS (which the server checks).
+TaskOptions = create_model(
+    "TaskOptions",
+    __config__=ConfigDict(extra="forbid"),
+    __doc__="Ollama options for the model the worker asks (the web worker: its summary, "
+            "num_predict at most its SUMMARY_MAX_TOKENS)",
+    # Left out, not null: the server takes a given option as a value.
+    **{name: (_option_type(name), None) for name in TASK_OPTIONS},
+)
 
 
 class RouteBody(BaseModel):
@@ -88,6 +117,9 @@ class RouteBody(BaseModel):
         None, pattern=SOME_TEXT,
         description=f"inference ({', '.join(INFERENCE_TYPES)}) only: send to this worker id "
                     "(404 when no such worker registered)")
+    options: TaskOptions | None = Field(  # type: ignore[valid-type]
+        None, description="Ollama options for this task's model (web_search and inference "
+                          "types): e.g. temperature 0 and a seed for answers that repeat")
 
 
 class RouteAnswer(BaseModel):
@@ -124,6 +156,7 @@ class Task(BaseModel):
     attempts: int
     max_attempts: int
     model: str | None
+    options: dict[str, Any] | None = Field(description="the Ollama options POST /route gave")
     answered_model: str | None = Field(description="the model whose answer is the result, "
                                        "as the worker asked Ollama for it")
     queue: str | None

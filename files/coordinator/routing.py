@@ -16,6 +16,7 @@ summarize       inference     one named in ``worker``
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ class Route:
 ROUTES: dict[str, Route] = {task_type: Route(*route)
                             for task_type, route in contract.ROUTES.items()}
 
-ROUTE_FIELDS = ("prompt", "task_type", "model", "worker")
+ROUTE_FIELDS = ("prompt", "task_type", "model", "worker", "options")
 _EXAMPLE = '{"prompt": "...", "task_type": "web_search"}'
 #: White space by every definition a client may hold (Python's str.isspace, ECMAScript's
 #: and so JSON Schema's \s, Unicode's White_Space), as a regex class body: a prompt, model or
@@ -60,11 +61,42 @@ class RequestError(Exception):
 
 
 @dataclass(frozen=True)
+class TaskOption:
+    """One Ollama option a task may carry: its JSON type and the values Ollama takes."""
+
+    kind: str  # "integer", "number" or "strings" (a list of texts)
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+#: The Ollama options (its API's ``options``: the parameters of its docs/modelfile.md, "Valid
+#: Parameters and Values") a task may carry to the model its worker asks: the sampling ones,
+#: which Ollama applies per request; the runner's (num_ctx, num_thread, ...) would reload the
+#: model and stay the host's. Integers as llama.cpp keeps them (int32; seed -1 is Ollama's
+#: default, a random seed); num_predict at least 1, a bound (left out: Ollama's default,
+#: none).
+TASK_OPTIONS: dict[str, TaskOption] = {
+    "num_predict": TaskOption("integer", 1, 2**31 - 1),
+    "seed": TaskOption("integer", -1, 2**31 - 1),
+    "temperature": TaskOption("number", 0),
+    "top_k": TaskOption("integer", 0, 2**31 - 1),
+    "top_p": TaskOption("number", 0, 1),
+    "min_p": TaskOption("number", 0, 1),
+    "repeat_penalty": TaskOption("number", 0),
+    "stop": TaskOption("strings"),
+}
+#: The kinds of worker whose programs ask Ollama, and so take ``options``: the web worker for
+#: its summary (its SUMMARY_MAX_TOKENS still caps num_predict), inference workers.
+OPTION_KINDS = ("web", "inference")
+
+
+@dataclass(frozen=True)
 class RouteRequest:
     prompt: str
     task_type: str
     model: str | None = None
     worker: str | None = None
+    options: Mapping[str, object] | None = None
 
 
 def _type_name(value: object) -> str:
@@ -108,6 +140,54 @@ def _optional_name(data: Mapping[str, object], name: str, what: str) -> str | No
         raise RequestError(422, f"'{name}' is empty: leave it out to use {what}")
     _check_text(name, value)
     return value
+
+
+def _option_problem(name: str, value: object) -> str | None:
+    """What is wrong with ``options[name] = value``, or None."""
+    rule = TASK_OPTIONS[name]
+    if rule.kind == "strings":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            return f"must be an array of non-empty strings, got {_type_name(value)}"
+        for text in value:
+            _check_text(f"options.{name}", text)
+        return None
+    number = value
+    if rule.kind == "integer" and isinstance(value, float) and value.is_integer():
+        number = int(value)  # JSON Schema's integer: 2.0 is one
+    wanted = int if rule.kind == "integer" else (int, float)
+    if isinstance(number, bool) or not isinstance(number, wanted):
+        return f"must be {'an integer' if rule.kind == 'integer' else 'a number'}, got " + (
+            "a number with a fraction" if isinstance(number, float) else _type_name(value))
+    out_of_range = ((rule.minimum is not None and number < rule.minimum)
+                    or (rule.maximum is not None and number > rule.maximum))
+    if out_of_range or (isinstance(number, float) and not math.isfinite(number)):
+        bounds = (f"from {rule.minimum} to {rule.maximum}" if rule.maximum is not None
+                  else f"at least {rule.minimum}")
+        return f"must be {bounds}, got {value!r}"
+    return None
+
+
+def _options(data: Mapping[str, object], task_type: str) -> dict[str, object] | None:
+    """The request's ``options``, checked against TASK_OPTIONS; None when left out."""
+    options = data.get("options")
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise RequestError(422, f"'options' must be an object of Ollama options (or left "
+                                f"out), got {_type_name(options)}")
+    if ROUTES[task_type].kind not in OPTION_KINDS:
+        raise RequestError(422, f"'options' are Ollama's and {task_type} tasks ask no model "
+                                "through Ollama: leave 'options' out")
+    unknown = sorted(k for k in options if k not in TASK_OPTIONS)
+    if unknown:
+        raise RequestError(422, f"unknown option(s) {', '.join(repr(k) for k in unknown)}: "
+                                f"'options' takes {', '.join(TASK_OPTIONS)}")
+    for name, value in options.items():
+        problem = _option_problem(name, value)
+        if problem:
+            raise RequestError(422, f"'options.{name}' {problem}")
+    return {name: int(value) if TASK_OPTIONS[name].kind == "integer" else value
+            for name, value in options.items()} or None
 
 
 def parse_route_request(body: bytes, max_prompt_bytes: int) -> RouteRequest:
@@ -176,7 +256,8 @@ def parse_route_request(body: bytes, max_prompt_bytes: int) -> RouteRequest:
                  f"({', '.join(INFERENCE_TYPES)}); {task_type} goes to the shared queue "
                  f"{ROUTES[task_type].queue}: leave 'worker' out"
         )
-    return RouteRequest(prompt=prompt, task_type=task_type, model=model, worker=worker)
+    return RouteRequest(prompt=prompt, task_type=task_type, model=model, worker=worker,
+                        options=_options(data, task_type))
 
 
 def body_too_large(size: int, max_body: int, max_prompt: int) -> RequestError:

@@ -395,6 +395,13 @@ CREATE INDEX IF NOT EXISTS notifications_due_idx ON notifications (next_attempt_
     WHERE next_attempt_at IS NOT NULL;
 """
 
+_V11 = """
+ALTER TABLE tasks ADD COLUMN IF NOT EXISTS options jsonb;
+COMMENT ON COLUMN tasks.options IS
+    'the Ollama options POST /route gave (routing.TASK_OPTIONS), which the worker passes to '
+    'the model it asks; null for none';
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
@@ -408,6 +415,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (8, "task_events carries fallback: fallback answers are counted", _V8),
     (9, "worker probes: workers.probe_*, tasks_probe_idx", _V9),
     (10, "notifications: what was sent to the user's URL, and whether it was delivered", _V10),
+    (11, "tasks.options: Ollama options a task carries to its model", _V11),
 ]
 
 #: What the Coordinator's own login may do, granted at every start by the schema's owner

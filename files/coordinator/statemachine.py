@@ -33,11 +33,12 @@ class NewTask(NamedTuple):
     worker: str
     max_attempts: int
     requested_worker: str | None
+    options: str | None = None  # the Ollama options, as JSON text
 
 
 # SQL.INSERT_TASKS's array parameters, one for each field of NewTask, in its order.
 _INSERT_ARRAYS = ("ids", "task_types", "prompts", "models", "queues", "workers", "max_attempts",
-                  "requested_workers")
+                  "requested_workers", "options")
 
 
 def insert_tasks(rows: Sequence[NewTask]) -> Query:

@@ -7,6 +7,7 @@ A routed task is committed in PostgreSQL before its id is pushed to Redis (TaskW
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -265,7 +266,8 @@ class Tasks:
         task_id = uuid.uuid4()
         pushed = await self.writer.submit(Row(
             task_id, req.task_type, req.prompt, req.model, queue, worker,
-            self.cfg.max_attempts, requested))
+            self.cfg.max_attempts, requested,
+            None if req.options is None else json.dumps(req.options)))
         answer: dict[str, Any] = {"task_id": str(task_id), "queue": queue, "status": sm.QUEUED,
                                   "worker": worker}
         if queue is not None:

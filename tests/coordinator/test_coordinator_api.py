@@ -15,6 +15,8 @@ import httpx
 import pytest
 import requests
 
+from coordinator.routing import ROUTE_FIELDS
+
 from .coordkit import Backends, ServerThread, wait_for
 
 # -- routing -------------------------------------------------------------------------------
@@ -153,8 +155,12 @@ def test_get_task_fields_and_errors(client: httpx.Client) -> None:
     task = client.get(f"/task/{task_id}").json()
     for field in ("task_id", "task_type", "status", "result", "fallback", "worker",
                   "worker_id", "worker_host", "error", "attempts", "created_at", "started_at",
-                  "finished_at", "model", "answered_model", "queue"):
+                  "finished_at", "model", "options", "answered_model", "queue"):
         assert field in task
+    assert task["options"] is None
+    options = {"temperature": 0, "seed": 42, "num_predict": 64, "stop": ["\n\n"]}
+    searched = route(client, prompt="p", task_type="web_search", options=options)["task_id"]
+    assert client.get(f"/task/{searched}").json()["options"] == options
     resp = client.get("/task/not-a-uuid")
     assert resp.status_code == 422 and "not a UUID" in resp.json()["error"]
     resp = client.get(f"/task/{uuid.uuid4()}")
@@ -567,7 +573,8 @@ def test_openapi_schema(client: httpx.Client) -> None:
                  "/workers/{worker_id}/heartbeat", "/workers", "/queues", "/health", "/metrics"):
         assert path in schema["paths"], path
     body = schema["paths"]["/route"]["post"]["requestBody"]["content"]["application/json"]
-    assert set(body["schema"]["properties"]) == {"prompt", "task_type", "model", "worker"}
+    # The fields documented are the fields the server's own check takes.
+    assert set(body["schema"]["properties"]) == set(ROUTE_FIELDS)
 
 
 def test_unexpected_errors_answer_503_not_500(server: ServerThread, client: httpx.Client,

@@ -153,6 +153,29 @@ def test_parse_valid_request() -> None:
     (b'{"prompt": "\\ud800", "task_type": "chat"}', 422, "surrogate"),
     (body(prompt="x" * 101, task_type="chat"), 413, "101 bytes"),
     (body(prompt="é" * 51, task_type="chat"), 413, "102 bytes"),
+    (body(prompt="a", task_type="chat", options=[1]), 422,
+     "'options' must be an object of Ollama options (or left out), got an array"),
+    (body(prompt="a", task_type="rag", options={"seed": 1}), 422,
+     "'options' are Ollama's and rag tasks ask no model through Ollama: leave 'options' out"),
+    (body(prompt="a", task_type="chat", options={"num_ctx": 8192, "mirostat": 1}), 422,
+     "unknown option(s) 'mirostat', 'num_ctx': 'options' takes num_predict, seed, "
+     "temperature, top_k, top_p, min_p, repeat_penalty, stop"),
+    (body(prompt="a", task_type="chat", options={"seed": 1.5}), 422,
+     "'options.seed' must be an integer, got a number with a fraction"),
+    (body(prompt="a", task_type="chat", options={"seed": None}), 422,
+     "'options.seed' must be an integer, got null"),
+    (body(prompt="a", task_type="chat", options={"temperature": True}), 422,
+     "'options.temperature' must be a number, got a boolean"),
+    (body(prompt="a", task_type="chat", options={"temperature": -0.5}), 422,
+     "'options.temperature' must be at least 0, got -0.5"),
+    (body(prompt="a", task_type="chat", options={"num_predict": 0}), 422,
+     "'options.num_predict' must be from 1 to 2147483647, got 0"),
+    (body(prompt="a", task_type="chat", options={"top_p": 1.5}), 422,
+     "'options.top_p' must be from 0 to 1, got 1.5"),
+    (body(prompt="a", task_type="chat", options={"stop": ["\n", ""]}), 422,
+     "'options.stop' must be an array of non-empty strings"),
+    (b'{"prompt": "a", "task_type": "chat", "options": {"temperature": NaN}}', 422,
+     "'options.temperature' must be at least 0, got nan"),
 ])
 def test_parse_rejects_with_a_message(raw: bytes, status: int, words: str) -> None:
     with pytest.raises(RequestError) as err:
@@ -160,6 +183,18 @@ def test_parse_rejects_with_a_message(raw: bytes, status: int, words: str) -> No
     assert err.value.status == status
     assert words in err.value.message
     assert "\n" not in err.value.message
+
+
+def test_options_are_kept_as_ollama_takes_them() -> None:
+    options = {"temperature": 0, "seed": 42.0, "num_predict": 64, "stop": ["\n\n"],
+               "top_p": 0.9}
+    req = parse_route_request(body(prompt="a", task_type="web_search", options=options), 100)
+    # JSON Schema's integer 42.0 is Ollama's 42; the rest as given.
+    assert req.options == {**options, "seed": 42}
+    assert isinstance(req.options["seed"], int)
+    assert parse_route_request(body(prompt="a", task_type="chat", options={}), 100).options is None
+    assert parse_route_request(body(prompt="a", task_type="chat", options=None), 100
+                               ).options is None
 
 
 def test_unknown_task_type_lists_the_valid_ones() -> None:

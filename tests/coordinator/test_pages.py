@@ -3,6 +3,7 @@ no inline style, nothing from elsewhere) and which actions are offered. Pure; no
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -174,8 +175,8 @@ def worker(worker_id: str = "gpu-1", state: str = "alive", **extra: object) -> d
 def task(task_id: str = TASK_ID, status: str = "done", **extra: object) -> dict:
     return {"task_id": task_id, "task_type": "chat", "status": status, "worker": "default",
             "worker_id": "gpu-1", "worker_host": "node1", "model": "llama3:8b",
-            "answered_model": "llama3:8b", "fallback": False, "error": None, "attempts": 1,
-            "max_attempts": 3, "queue": "tasks:cuda:gpu-1",
+            "answered_model": "llama3:8b", "options": None, "fallback": False, "error": None,
+            "attempts": 1, "max_attempts": 3, "queue": "tasks:cuda:gpu-1",
             "created_at": "2026-12-01T19:20:05.123456+00:00",
             "finished_at": "2026-12-01T19:20:09+00:00"} | extra
 
@@ -579,15 +580,17 @@ AUDIT = [{"at": "2026-12-01T19:30:00+00:00", "actor": 'ann "admin"', "action": "
 
 
 def test_task_page_fields_and_escaping() -> None:
-    page = task_page(full_task(), PROMPT, TIMELINE, AUDIT)
+    options = {"temperature": 0, "seed": 42, "stop": ["<b>"]}
+    page = task_page(full_task(options=options), PROMPT, TIMELINE, AUDIT)
     root, _ = parse(page)
     dl = root.by_id("task")
     fields = dict(zip([dt.text() for dt in dl.find_all("dt")],
                       [dd for dd in dl.find_all("dd")], strict=True))
     for label in ("ID", "Status", "Error", "Type", "Fallback", "Model", "Answered model",
-                  "Worker", "Requested worker", "Worker id", "Worker host", "Queue",
+                  "Options", "Worker", "Requested worker", "Worker id", "Worker host", "Queue",
                   "Attempts", "Created", "Started", "Finished"):
         assert label in fields, label
+    assert json.loads(root.by_id("task-options").text()) == options
     assert fields["ID"].text() == TASK_ID
     assert fields["Attempts"].text() == "1 of 3"
     assert fields["Started"].one("time").attrs["datetime"] == "2026-12-01T19:20:06+00:00"

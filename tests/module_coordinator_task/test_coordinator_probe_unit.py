@@ -333,7 +333,7 @@ def web_worker_answer(found: worker_web.Found, summary_error: str = "") -> base.
     worker = object.__new__(worker_web.WebWorker)
     worker.search = lambda prompt: found
 
-    def summarise(prompt: str, results: list[dict]) -> str:
+    def summarise(prompt: str, results: list[dict], options: dict | None = None) -> str:
         raise worker_web.SummaryError(summary_error)
 
     worker.summarise = summarise

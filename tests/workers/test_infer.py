@@ -9,6 +9,8 @@ import uuid
 
 import worker_infer
 
+from lab.standins.ollama import PIECES, compose_answer
+
 from .conftest import FILES, MODEL, PYTHON, wait_until
 from .test_web import error_of, messages
 
@@ -85,3 +87,10 @@ def test_chat_and_summarize_with_the_tasks_model_or_the_default(web_env, start_w
     assert f"が {MODEL} の代わりに生成" in summary_row["result"]
     assert (chat_row["worker"], summary_row["worker"]) == (env["WORKER_ID"], env["WORKER_ID"])
     assert (chat_row["answered_model"], summary_row["answered_model"]) == (other, MODEL)
+
+    # A task's Ollama options reach its model: num_predict cuts the made-up answer to its
+    # first pieces, as Ollama's runner stops there.
+    capped = tasks.wait_status(coordinator.route("こんにちは", "chat", worker=env["WORKER_ID"],
+                                                 options={"num_predict": 2, "temperature": 0}),
+                               "done", "failed")
+    assert capped["result"] == "".join(PIECES.findall(compose_answer("こんにちは", MODEL))[:2])

@@ -95,7 +95,16 @@ def test_a_summary_cut_at_its_token_limit_says_so(web_env, start_worker, coordin
     # The made-up answer's first three pieces ("要約: ", "「Questio", "n: ").
     assert row["result"] == "要約: 「Question: …"
     assert row["fallback"] is False
-    assert "WARNING summary cut at SUMMARY_MAX_TOKENS=3 tokens" in messages(worker)
+    assert "WARNING summary cut at 3 tokens (SUMMARY_MAX_TOKENS=3)" in messages(worker)
+    # A task's own options reach the summary, its num_predict bounded by the worker's.
+    fewer = tasks.wait_status(coordinator.route(TOKYO, "web_search",
+                                                options={"num_predict": 2, "seed": 7}),
+                              "done", "failed")
+    assert fewer["result"] == "要約: 「Questio …", fewer["error"]
+    assert "WARNING summary cut at 2 tokens (SUMMARY_MAX_TOKENS=3)" in messages(worker)
+    more = tasks.wait_status(coordinator.route(TOKYO, "web_search",
+                                               options={"num_predict": 500}), "done", "failed")
+    assert more["result"] == row["result"], more["error"]
 
 
 def test_start_up_lines_in_order_and_one_version(web_env, start_worker, coordinator):
