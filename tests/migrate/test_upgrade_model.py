@@ -1,10 +1,12 @@
 """upgrade-model.yml on the shared lab (conftest.py), with web tasks routed every 2 s
-throughout and none lost, and the Ollama stand-ins set so the difference between models
-shows:
+throughout and none lost (but while the real models are measured: that traffic would take
+the same CPU), and the Ollama stand-ins serving real models where their difference matters:
 
 - a model that does not load (the real-inference kit's file cut short: llama.cpp refuses
   it) stops the run at its warm-up on the canary, nothing switched;
-- a slower model fails the p95 gate: the canary goes back to the old model, verified;
+- between two real models (the kit's Q4_1 and its F16, greedy answers of the same length on
+  the Coordinator's host's one CPU), the slower one fails the p95 gate on its own compute: the
+  canary goes back to the old model, verified;
 - a good model passes and rolls to every host, each verified by a routed task answered by
   it; a chat asking for the old model by name is still served (every Ollama keeps it), one
   naming none gets the new one; run again, it changes nothing and verifies; site.yml
@@ -16,7 +18,6 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
 import requests
 
 from lab import inference
@@ -26,19 +27,12 @@ from .conftest import WORKER_HOSTS
 
 UPGRADE = ("-e", "upgrade_model_tasks=6")
 HOSTS = ("lab-ai-core", *WORKER_HOSTS)
-BROKEN, SLOW, GOOD = inference.TRUNCATED, "slow-model:1b", "good-model:1b"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def standins(cluster):
-    """Every worker host's Ollama: SLOW answers in 1.5 s."""
-    def configure(**settings: object) -> None:
-        for node in cluster.nodes.values():
-            requests.post(f"http://{node.address}:11434/_standin/config", json=settings,
-                          timeout=10).raise_for_status()
-    configure(model_latency={SLOW: 1.5})
-    yield
-    configure(model_latency={})
+BROKEN, GOOD = inference.TRUNCATED, "good-model:1b"
+# Two real models of the same weights: F16 generates at under half Q4_1's speed on one CPU.
+REAL, REAL_F16 = inference.MODEL, "lab/smollm2-135m-instruct:f16"
+# The Coordinator's host: one CPU, and an inference worker only (the web worker is on a
+# worker host), so its test tasks are chats that only the model's compute tells apart.
+REAL_CANARY = "lab-ai-core"
 
 
 def running_models(cluster) -> dict[str, set[str]]:
@@ -89,21 +83,54 @@ def test_a_model_that_does_not_load_stops_at_the_canary_before_any_switch(cluste
     assert running_models(cluster) == before
 
 
-def test_a_slower_model_fails_the_p95_gate_and_the_canary_is_reverted(cluster) -> None:
+def chats_on(cluster, host: str) -> list[dict]:
+    """The chats of the last hour routed to ``host``'s inference worker, oldest first."""
+    worker_id = next(w["worker_id"] for w in cluster.coordinator.workers().values()
+                     if w["kind"] == "inference" and cluster.node_of(w["host"]) == host)
+    answer = requests.get(f"{cluster.coordinator.url}/tasks", headers=cluster.coordinator.headers,
+                          params={"task_type": "chat", "worker": worker_id, "since": "1h",
+                                  "limit": 500}, timeout=10, verify=cluster.coordinator.verify)
+    answer.raise_for_status()
+    return answer.json()["tasks"][::-1]
+
+
+def test_a_slower_real_model_fails_the_p95_gate_on_its_compute_and_is_reverted(cluster) -> None:
+    web = cluster.web_host()
+    # The canary's workers on the real Q4_1 first, as site.yml puts the model a host's
+    # inventory names.
+    on_real = cluster.inventory(web, "model-real", {REAL_CANARY: {"cluster_model": REAL}})
+    converged = cluster.playbooks.run("site.yml", on_real)
+    assert converged.returncode == 0, converged.output[-5000:]
     before = running_models(cluster)
-    run, _inventory, web = upgrade(cluster, SLOW)
+    assert before[REAL_CANARY] == {REAL}
+    seen = {task["task_id"] for task in chats_on(cluster, REAL_CANARY)}
+
+    inventory = cluster.inventory(web, "model-real-f16", {REAL_CANARY: {"cluster_model": REAL_F16}})
+    run = cluster.playbooks.run("upgrade-model.yml", inventory, *UPGRADE,
+                                "-e", f"upgrade_model_canary={REAL_CANARY}")
     assert run.returncode != 0
     text = run.unfolded()
     gate = re.search(r"the canary (\S+) failed gate 'p95': ([\d.]+) s on the canary, "
                      r"([\d.]+) s before: \+(\d+)%, at most \+20% allowed\. Reverted: its "
-                     rf"workers run {re.escape(DEFAULT_MODEL)} again \(digest [0-9a-f]{{12}}\), "
+                     rf"workers run {re.escape(REAL)} again \(digest [0-9a-f]{{12}}\), "
                      r"verified by task [0-9a-f-]{36}", text)
     assert gate, text[-3000:]
-    assert gate.group(1) == web
-    assert float(gate.group(2)) >= 1.5 > float(gate.group(3))
+    assert gate.group(1) == REAL_CANARY
     assert "no other host was changed" in text
-    assert f"{web} | {DEFAULT_MODEL} |" in text and "| reverted" in text
+    assert f"{REAL_CANARY} | {REAL} |" in text and "| reverted" in text
     assert running_models(cluster) == before
+
+    # What was measured, from PostgreSQL: the same greedy chats, as many tokens each, answered
+    # for real by the old model then the new one (then the old again, verifying the revert).
+    chats = [task for task in chats_on(cluster, REAL_CANARY) if task["task_id"] not in seen]
+    assert [task["status"] for task in chats] == ["done"] * len(chats), chats
+    assert {task["answered_model"] for task in chats} == {REAL, REAL_F16}
+    assert all("ollama-standin" not in task["result"] for task in chats)
+    assert all(task["options"] == {"temperature": 0, "seed": 42, "num_predict": 64}
+               for task in chats), chats
+    # Greedy: each model gives one answer to the same question, every time.
+    for model in (REAL, REAL_F16):
+        assert len({task["result"] for task in chats if task["answered_model"] == model}) == 1
 
 
 def test_a_good_model_rolls_to_every_host_and_a_rerun_changes_nothing(cluster) -> None:
