@@ -491,6 +491,18 @@ def rendered_in_place(found: Mapping[str, Any] | None, text: str,
                     for key in ("owner", "group", "mode")))
 
 
+#: What the vault example (inventory/*/group_vars/all/vault.yml.example) leaves in a secret.
+SECRET_PLACEHOLDER = "CHANGE_ME"
+
+
+def unset_secrets(names: Iterable[str], values: Iterable[Any]) -> list[str]:
+    """The names (of ``names``, their ``values`` in the same order, as one
+    ``query('ansible.builtin.vars', *names, default='')`` reads them) whose secret is not
+    set: not a string, empty, or still the vault example's placeholder."""
+    return [name for name, value in zip(names, values, strict=True)
+            if not isinstance(value, str) or not value or value == SECRET_PLACEHOLDER]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -500,6 +512,7 @@ class FilterModule:
             "directories_not_in_place": directories_not_in_place,
             "paths_found": paths_found,
             "rendered_in_place": rendered_in_place,
+            "unset_secrets": unset_secrets,
             "worker_db_login": worker_db_login,
             "worker_redis_login": worker_redis_login,
             "coordinator_redis_login": coordinator_redis_login,

@@ -900,3 +900,9 @@ def test_a_rendered_file_is_in_place_only_with_its_text_owner_group_and_mode():
         assert not cluster.rendered_in_place(found, text, {**asked, key: other}), key
     assert not cluster.rendered_in_place(None, text, asked)
     assert not cluster.rendered_in_place({**found, "type": "link"}, text, asked)
+
+
+def test_unset_secrets_names_each_secret_missing_empty_placeholder_or_not_text() -> None:
+    names = ["a", "b", "c", "d", "e"]
+    assert cluster.unset_secrets(names, ["x", "", "CHANGE_ME", 5, None]) == ["b", "c", "d", "e"]
+    assert cluster.unset_secrets(names[:1], ["change_me"]) == []
