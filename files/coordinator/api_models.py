@@ -122,6 +122,26 @@ class RouteBody(BaseModel):
                           "types): e.g. temperature 0 and a seed for answers that repeat")
 
 
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema with its ``$defs`` written in where they are referred to: a
+    schema placed inside the OpenAPI document by hand (POST /route's body) has no ``$defs``
+    of its own there, and ``#/$defs/...`` would point at the document's root."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    return inline(schema)
+
+
 class RouteAnswer(BaseModel):
     task_id: uuid.UUID
     queue: str | None = Field(description="null while the task waits for an inference worker")

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import requests
 
-from coordinator.routing import ROUTE_FIELDS
+from coordinator.routing import ROUTE_FIELDS, TASK_OPTIONS
 
 from .coordkit import Backends, ServerThread, wait_for
 
@@ -575,6 +575,10 @@ def test_openapi_schema(client: httpx.Client) -> None:
     body = schema["paths"]["/route"]["post"]["requestBody"]["content"]["application/json"]
     # The fields documented are the fields the server's own check takes.
     assert set(body["schema"]["properties"]) == set(ROUTE_FIELDS)
+    # Every reference resolves within the document (a hand-placed schema has no $defs there).
+    assert "#/$defs/" not in json.dumps(schema)
+    assert set(body["schema"]["properties"]["options"]["anyOf"][0]["properties"]) == set(
+        TASK_OPTIONS)
 
 
 def test_unexpected_errors_answer_503_not_500(server: ServerThread, client: httpx.Client,

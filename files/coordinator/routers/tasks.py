@@ -13,7 +13,16 @@ from fastapi.responses import Response
 
 from .. import statemachine as sm
 from ..access import OPERATOR
-from ..api_models import Name, RouteAnswer, RouteBody, Task, TaskActionAnswer, TasksAnswer, errors
+from ..api_models import (
+    Name,
+    RouteAnswer,
+    RouteBody,
+    Task,
+    TaskActionAnswer,
+    TasksAnswer,
+    errors,
+    inline_schema,
+)
 from ..front import answer_route, json_response
 from ..overview import SINCE_VALUES, Overview, TaskFilter
 from ..routing import RequestError
@@ -48,7 +57,7 @@ def no_task(task_id: uuid.UUID) -> RequestError:
                                                        ("RetryTask", "retry_task"))}}},
     summary="Accept a task: saved in PostgreSQL, then its id pushed to its Redis queue",
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": RouteBody.model_json_schema()}}}},
+        "schema": inline_schema(RouteBody)}}}},
     response_model=RouteAnswer,
 )
 async def route(request: Request, coordinator: Service) -> Response:
