@@ -398,6 +398,50 @@ def has_model(names: Iterable[str], model: str) -> bool:
     return any(same_model(name, model) for name in names)
 
 
+def find_model(name: str, tags: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The entry of ``GET /api/tags`` that is model ``name``, or None.
+
+    Ollama lists ``name`` and ``model`` in short form (``llama3.2:latest``); both are compared
+    in canonical form so any spelling of the same model matches.
+    """
+    wanted = canonical_model_name(name)
+    for entry in tags.get("models") or []:
+        listed = entry.get("model") or entry.get("name")
+        if listed and canonical_model_name(listed) == wanted:
+            return entry
+    return None
+
+
+def normalize_digest(value: str) -> str:
+    """A pin as ``GET /api/tags`` lists digests: 64 lowercase hex digits, no ``sha256:``."""
+    digest = value.strip().lower()
+    if digest.startswith("sha256:"):
+        digest = digest[len("sha256:"):]
+    if len(digest) != 64 or any(char not in "0123456789abcdef" for char in digest):
+        raise ValueError(f"digest must be 64 hex digits (optionally after sha256:), got {value!r}")
+    return digest
+
+
+def models_to_pull(models: Iterable[str], tags: object,
+                   pins: Mapping[str, str] | None = None) -> list[str]:
+    """Of ``models``, those an Ollama server whose ``GET /api/tags`` answered ``tags`` (its
+    JSON, or None when it did not answer) does not list with the pinned weights (``pins``:
+    model -> digest): every one when it did not answer; a bad pin too (the pull says why)."""
+    if not isinstance(tags, dict) or not isinstance(tags.get("models"), list):
+        return list(models)
+    wanted = []
+    for model in models:
+        pin = (pins or {}).get(model)
+        try:
+            entry = find_model(model, tags)
+            other_weights = pin is not None and normalize_digest(pin) != (entry or {}).get("digest")
+        except (ValueError, AttributeError):
+            entry, other_weights = None, True
+        if entry is None or other_weights:
+            wanted.append(model)
+    return wanted
+
+
 def first_line(value: object, empty: str = "") -> str:
     """The first non-empty line of ``value``'s text, stripped: what a one-line message quotes
     of an error or an answer. For an exception without a message, its type's name; else

@@ -491,6 +491,16 @@ def rendered_in_place(found: Mapping[str, Any] | None, text: str,
                     for key in ("owner", "group", "mode")))
 
 
+def models_to_pull(models: Iterable[str], tags_answer: Mapping[str, Any] | None,
+                   pins: Mapping[str, str] | None = None) -> list[str]:
+    """Of ``models``, those to hand to ollama_model, from host_state's read of Ollama's
+    ``GET /api/tags`` (``{status, json}``, or None when it did not answer): every one unless
+    it answered 200 (coordinator_contract.models_to_pull)."""
+    answer = tags_answer or {}
+    return contract.models_to_pull(models, answer.get("json") if answer.get("status") == 200
+                                   else None, pins)
+
+
 #: What the vault example (inventory/*/group_vars/all/vault.yml.example) leaves in a secret.
 SECRET_PLACEHOLDER = "CHANGE_ME"
 
@@ -511,6 +521,7 @@ class FilterModule:
             "agents_not_as_asked": agents_not_as_asked,
             "directories_not_in_place": directories_not_in_place,
             "paths_found": paths_found,
+            "models_to_pull": models_to_pull,
             "rendered_in_place": rendered_in_place,
             "unset_secrets": unset_secrets,
             "worker_db_login": worker_db_login,

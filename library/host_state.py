@@ -7,13 +7,14 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: host_state
-short_description: Read a host's accounts, files, units and agents in one pass, without a module run
+short_description: Read a host's accounts, files, units, agents and local APIs in one pass
 description:
   - Reads what a role compares before it decides whether a module must run at all (users as
     M(ansible.builtin.user) compares them, groups, files as M(ansible.builtin.stat) reports
     them, with type, owner, group, mode and a regular file's SHA-1, systemd units as
-    M(ansible.builtin.systemd_service) shows their status, and launchd agents as
-    C(launchd_agent) reports them). Changes nothing.
+    M(ansible.builtin.systemd_service) shows their status, launchd agents as
+    C(launchd_agent) reports them, and what a local HTTP API answers, such as Ollama's model
+    list). Changes nothing.
   - The action plugin of the same name passes a short Python program over the connection (the
     standard library only, run by the interpreter the host's modules run on, as the task's
     become user), which costs a fraction of a module run, which starts Ansible's module code
@@ -57,6 +58,13 @@ options:
         domain exists only while its user is logged in at the console, and the failure says
         so in one line, as C(launchd_agent)'s does.
     type: str
+  urls:
+    description:
+      - HTTP URLs to C(GET) from the host, without a proxy and waiting at most 5 seconds each,
+        such as a local API's C(http://127.0.0.1:11434/api/tags).
+    type: list
+    elements: str
+    default: []
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 attributes:
@@ -93,6 +101,11 @@ EXAMPLES = r"""
     agents: [jp.mapleharp.coordinator-web-worker]
     launchd_domain: gui/501
   register: agents_state
+
+- name: Read the models Ollama lists
+  host_state:
+    urls: [http://127.0.0.1:11434/api/tags]
+  register: ollama_tags
 
 - name: Create the group only where it is missing
   ansible.builtin.group:
@@ -169,6 +182,16 @@ launchd_domain:
   returned: always
   type: str
   sample: gui/501
+urls:
+  description:
+    - Each URL's answer, C(status) (its HTTP status) and C(json) (its body, null when it is
+      not JSON), or null when nothing answered.
+  returned: always
+  type: dict
+  sample:
+    http://127.0.0.1:11434/api/tags:
+      status: 200
+      json: {models: [{name: "llama3.2:3b", digest: a80c4f17acd5...}]}
 """
 
 from ansible.module_utils.basic import AnsibleModule

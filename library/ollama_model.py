@@ -245,7 +245,11 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.coordinator_contract import canonical_model_name
+from ansible.module_utils.coordinator_contract import (
+    canonical_model_name,
+    find_model,
+    normalize_digest,
+)
 from ansible.module_utils.urls import open_url
 
 # Listing and deleting are quick; a dead host should not hold the play for the pull timeout.
@@ -281,30 +285,6 @@ def normalize_url(host: str) -> str:
     if "://" not in url:
         url = "http://" + url
     return url
-
-
-def find_model(name: str, tags: dict[str, Any]) -> dict[str, Any] | None:
-    """The entry of ``GET /api/tags`` that is model ``name``, or None.
-
-    Ollama lists ``name`` and ``model`` in short form (``llama3.2:latest``); both are compared
-    in canonical form so any spelling of the same model matches.
-    """
-    wanted = canonical_model_name(name)
-    for entry in tags.get("models") or []:
-        listed = entry.get("model") or entry.get("name")
-        if listed and canonical_model_name(listed) == wanted:
-            return entry
-    return None
-
-
-def normalize_digest(value: str) -> str:
-    """A pin as ``GET /api/tags`` lists digests: 64 lowercase hex digits, no ``sha256:``."""
-    digest = value.strip().lower()
-    if digest.startswith("sha256:"):
-        digest = digest[len("sha256:"):]
-    if len(digest) != 64 or any(char not in "0123456789abcdef" for char in digest):
-        raise ValueError(f"digest must be 64 hex digits (optionally after sha256:), got {value!r}")
-    return digest
 
 
 def short_digest(digest: str | None) -> str:

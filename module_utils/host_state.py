@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, the coordinator-cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the ``host_state`` module reads of a host: accounts, files, systemd units and launchd
-agents, in one pass.
+"""What the ``host_state`` module reads of a host: accounts, files, systemd units, launchd
+agents and local JSON APIs, in one pass.
 
 The Python standard library only, and no Ansible: the module imports it, and its action
 plugin runs ``read_state`` with this file's own source as a plain Python program over the
@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import grp
 import hashlib
+import json
 import os
 import pwd
 import re
 import shutil
 import stat
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,6 +35,7 @@ ARGUMENT_SPEC = {
     "units": {"type": "list", "elements": "str", "default": []},
     "agents": {"type": "list", "elements": "str", "default": []},
     "launchd_domain": {"type": "str"},
+    "urls": {"type": "list", "elements": "str", "default": []},
 }
 # What systemd says of a unit, as ansible.builtin.systemd_service's status names it.
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID")
@@ -221,10 +225,34 @@ def agent_entries(labels: list[str], domain: str,
             for label, (rc, out) in printed.items()}, None
 
 
+# A local API answers at once or not at all: no proxy (the environment's would be asked for
+# 127.0.0.1 too), a short wait.
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+URL_TIMEOUT = 5
+
+
+def url_entry(url: str) -> dict[str, Any] | None:
+    """``GET url`` on the host: its HTTP status and its JSON body (None when it is not JSON),
+    or None when nothing answered."""
+    try:
+        with _LOCAL.open(url, timeout=URL_TIMEOUT) as answer:
+            status, body = answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        status, body = error.code, error.read()
+    except (OSError, ValueError):
+        return None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+    return {"status": status, "json": document}
+
+
 def read_state(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Each of ``params``' users, groups, files, units and agents (lists of names, absolute
-    paths and labels) as the host has it: ``{"users": {name: entry or None}, "groups": ...,
-    "files": ..., "units": ..., "agents": ..., "launchd_domain": ...}``, with ``failed`` and
+    """Each of ``params``' users, groups, files, units, agents and urls (lists of names,
+    absolute paths, labels and URLs) as the host has it: ``{"users": {name: entry or None},
+    "groups": ..., "files": ..., "units": ..., "agents": ..., "launchd_domain": ...,
+    "urls": ...}``, with ``failed`` and
     ``msg`` where launchd cannot answer for the domain (nobody is logged in at the
     console)."""
     labels = list(params.get("agents") or ())
@@ -237,6 +265,7 @@ def read_state(params: Mapping[str, Any]) -> dict[str, Any]:
         "units": unit_entries(list(params.get("units") or ())),
         "agents": agents,
         "launchd_domain": domain if labels or params.get("launchd_domain") else None,
+        "urls": {url: url_entry(url) for url in params.get("urls") or ()},
     }
     if problem is not None:
         state.update(failed=True, msg=problem)

@@ -4,13 +4,16 @@ interpreter is known."""
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import hashlib
+import http.server
 import json
 import os
 import pwd
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ import pytest
 from action_plugins import host_state as action
 from module_utils import host_state as state
 
-from ..library_kit import assert_options_documented, module_doc
+from ..library_kit import assert_options_documented, module_doc, serving
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +65,7 @@ def test_the_program_prints_what_the_function_returns() -> None:
                          check=True)
     assert action.last_json(ran.stdout) == {"users": {}, "groups": {"no-such-group-here": None},
                                             "files": {}, "units": {}, "agents": {},
-                                            "launchd_domain": None}
+                                            "launchd_domain": None, "urls": {}}
     assert action.last_json("") is None
     assert action.last_json("Traceback ...\nNameError: x") is None
 
@@ -115,13 +118,51 @@ def test_a_read_gives_the_same_with_or_without_a_module_run(tmp_path: Path, inte
                                                             module_runs: int) -> None:
     me = pwd.getpwuid(os.getuid()).pw_name
     (tmp_path / "stamp").write_text("x\n")
-    args = {"users": [me, "no-such-user-here"], "groups": ["no-such-group-here"],
-            "files": [str(tmp_path / "stamp")]}
-    result, runs = read_on_localhost(tmp_path, args, interpreter)
+    with local_api() as url:
+        args = {"users": [me, "no-such-user-here"], "groups": ["no-such-group-here"],
+                "files": [str(tmp_path / "stamp")], "urls": [f"{url}/api/tags"]}
+        result, runs = read_on_localhost(tmp_path, args, interpreter)
+        expected = state.read_state(args)
     assert runs == module_runs
     assert result["changed"] is False
-    expected = state.read_state(args)
     assert {key: result[key] for key in expected} == expected
+    assert result["urls"] == {f"{url}/api/tags": {"status": 200, "json": TAGS}}
+
+
+TAGS = {"models": [{"name": "llama3.2:3b", "digest": "a" * 64}]}
+
+
+@contextlib.contextmanager
+def local_api() -> Iterator[str]:
+    """A local HTTP API on loopback: /api/tags answers TAGS, /text plain text, the rest 404."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body, status, kind = {"/api/tags": (json.dumps(TAGS).encode(), 200,
+                                                "application/json"),
+                                  "/text": (b"Ollama is running", 200, "text/plain")}.get(
+                self.path, (b'{"error": "not found"}', 404, "application/json"))
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        yield url
+
+
+def test_a_url_reads_as_its_status_and_json_or_null_when_nothing_answers() -> None:
+    with local_api() as url:
+        read = state.read_state({"urls": [f"{url}/api/tags", f"{url}/text", f"{url}/gone"]})
+    closed = f"{url}/api/tags"  # the server is gone now
+    assert read["urls"] == {f"{url}/api/tags": {"status": 200, "json": TAGS},
+                            f"{url}/text": {"status": 200, "json": None},
+                            f"{url}/gone": {"status": 404, "json": {"error": "not found"}}}
+    assert state.read_state({"urls": [closed, "not a url"]})["urls"] == {
+        closed: None, "not a url": None}
 
 
 def test_documentation_matches_the_argument_spec() -> None:

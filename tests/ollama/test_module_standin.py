@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from lab.standins.ollama import DEFAULT_MODEL, NO_MANIFEST, describe, layers_for
 
+from ..library_kit import serving
 from .conftest import model_names
 
 HF = DEFAULT_MODEL
@@ -124,14 +124,8 @@ class PullRefusingOllama(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def refusing_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), PullRefusingOllama)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(PullRefusingOllama) as url:
+        yield url
 
 
 def test_http_error_on_pull_fails_with_ollamas_message(refusing_server, run_module):

@@ -906,3 +906,20 @@ def test_unset_secrets_names_each_secret_missing_empty_placeholder_or_not_text()
     names = ["a", "b", "c", "d", "e"]
     assert cluster.unset_secrets(names, ["x", "", "CHANGE_ME", 5, None]) == ["b", "c", "d", "e"]
     assert cluster.unset_secrets(names[:1], ["change_me"]) == []
+
+
+def test_models_to_pull_are_those_ollama_does_not_list_with_the_pinned_weights() -> None:
+    digest = "a" * 64
+    tags = {"status": 200, "json": {"models": [{"name": "llama3.2:latest", "model":
+                                                "llama3.2:latest", "digest": digest}]}}
+    models = ["llama3.2", "qwen3:8b"]
+    # Listed (any spelling), unpinned or pinned to its digest: no pull.
+    assert cluster.models_to_pull(models, tags, {}) == ["qwen3:8b"]
+    assert cluster.models_to_pull(models, tags, {"llama3.2": "sha256:" + digest.upper()}) == [
+        "qwen3:8b"]
+    # Pinned to other weights, or a pin that is no digest: ollama_model says why.
+    assert cluster.models_to_pull(models, tags, {"llama3.2": "b" * 64}) == models
+    assert cluster.models_to_pull(models, tags, {"llama3.2": "latest"}) == models
+    # Ollama did not answer, or not 200, or not its list: every model goes to ollama_model.
+    for answer in (None, {"status": 500, "json": None}, {"status": 200, "json": ["x"]}):
+        assert cluster.models_to_pull(models, answer, {}) == models
