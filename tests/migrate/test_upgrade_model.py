@@ -15,6 +15,7 @@ the same CPU), and the Ollama stand-ins serving real models where their differen
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -34,6 +35,9 @@ REAL, REAL_SLOWER = inference.MODEL, "lab/smollm2-135m-instruct:f32"
 # The Coordinator's host: one CPU, and an inference worker only (the web worker is on a
 # worker host), so its test tasks are chats that only the model's compute tells apart.
 REAL_CANARY = "lab-ai-core"
+# The test tasks' options: greedy, and shorter than the default's 64 tokens (half the CPU;
+# the two models' ratio is the same).
+GREEDY = {"temperature": 0, "seed": 42, "num_predict": 32}
 
 
 def running_models(cluster) -> dict[str, set[str]]:
@@ -109,7 +113,8 @@ def test_a_slower_real_model_fails_the_p95_gate_on_its_compute_and_is_reverted(c
     inventory = cluster.inventory(web, "model-real-f32",
                                   {REAL_CANARY: {"cluster_model": REAL_SLOWER}})
     run = cluster.playbooks.run("upgrade-model.yml", inventory, *UPGRADE,
-                                "-e", f"upgrade_model_canary={REAL_CANARY}")
+                                "-e", f"upgrade_model_canary={REAL_CANARY}",
+                                "-e", json.dumps({"upgrade_model_options": GREEDY}))
     assert run.returncode != 0
     text = run.unfolded()
     gate = re.search(r"the canary (\S+) failed gate 'p95': ([\d.]+) s on the canary, "
@@ -128,8 +133,7 @@ def test_a_slower_real_model_fails_the_p95_gate_on_its_compute_and_is_reverted(c
     assert [task["status"] for task in chats] == ["done"] * len(chats), chats
     assert {task["answered_model"] for task in chats} == {REAL, REAL_SLOWER}
     assert all("ollama-standin" not in task["result"] for task in chats)
-    assert all(task["options"] == {"temperature": 0, "seed": 42, "num_predict": 64}
-               for task in chats), chats
+    assert all(task["options"] == GREEDY for task in chats), chats
     # Greedy: each model gives one answer to the same question, every time.
     for model in (REAL, REAL_SLOWER):
         assert len({task["result"] for task in chats if task["answered_model"] == model}) == 1
