@@ -111,6 +111,13 @@ class Mac:
     def pid(self, label: str) -> int:
         return int(wait_until(lambda: self.printed(label).get("pid"), what=f"{label} running"))
 
+    def handling_term(self, label: str, marker: Path) -> int:
+        """The pid of a ``draining`` job once its SIGTERM handler is in place: a SIGTERM
+        before it would end the job at once, on a loaded machine too."""
+        pid = self.pid(label)
+        wait_until(ready(marker).exists, what=f"{label}'s SIGTERM handler")
+        return pid
+
     def gone(self, label: str) -> bool:
         return self.launchctl("print", f"{DOMAIN}/{label}").returncode == 113
 
@@ -130,6 +137,11 @@ def logged_out(tmp_path: Path) -> Mac:
 
 
 # A job that marks SIGTERM in a file, takes `delay` seconds to finish, then exits.
+def ready(marker: Path) -> Path:
+    """Where a ``draining`` job says its SIGTERM handler is in place."""
+    return marker.with_name(marker.name + ".ready")
+
+
 def draining(marker: Path, delay: float) -> str:
     return (f"import signal, sys, time\n"
             f"def term(*_):\n"
@@ -137,6 +149,7 @@ def draining(marker: Path, delay: float) -> str:
             f"    time.sleep({delay})\n"
             f"    sys.exit(0)\n"
             f"signal.signal(signal.SIGTERM, term)\n"
+            f"open({str(ready(marker))!r}, 'w').close()\n"
             f"while True: time.sleep(0.1)\n")
 
 
@@ -256,7 +269,7 @@ def test_bootout_returns_before_the_job_has_exited(mac: Mac):
     marker = mac.root / "term"
     plist = mac.agent("lab.drain", draining(marker, 3), RunAtLoad=True)
     mac.launchctl("bootstrap", DOMAIN, str(plist))
-    pid = mac.pid("lab.drain")
+    pid = mac.handling_term("lab.drain", marker)
     started = time.monotonic()
     bootout = mac.launchctl("bootout", f"{DOMAIN}/lab.drain")
     assert bootout.returncode == 0
@@ -280,7 +293,7 @@ def test_bootout_kills_after_exit_timeout(mac: Mac):
     marker = mac.root / "term"
     plist = mac.agent("lab.stuck", draining(marker, 60), RunAtLoad=True, ExitTimeOut=1)
     mac.launchctl("bootstrap", DOMAIN, str(plist))
-    mac.pid("lab.stuck")
+    mac.handling_term("lab.stuck", marker)
     started = time.monotonic()
     mac.launchctl("bootout", f"{DOMAIN}/lab.stuck")
     wait_until(lambda: mac.gone("lab.stuck"), what="SIGKILL after ExitTimeOut")
@@ -302,7 +315,7 @@ def test_kickstart_k_kills_with_sigkill_and_starts_again(mac: Mac):
     marker = mac.root / "term"
     plist = mac.agent("lab.kick", draining(marker, 0), RunAtLoad=True)
     mac.launchctl("bootstrap", DOMAIN, str(plist))
-    old = mac.pid("lab.kick")
+    old = mac.handling_term("lab.kick", marker)
     kicked = mac.launchctl("kickstart", "-kp", f"{DOMAIN}/lab.kick")
     assert kicked.returncode == 0
     new = int(kicked.stdout)  # a pipe gets the bare pid
@@ -402,7 +415,7 @@ def test_logout_stops_every_job_as_bootout_does(mac: Mac):
     marker = mac.root / "term"
     plist = mac.agent("lab.bye", draining(marker, 0.5), RunAtLoad=True)
     mac.launchctl("bootstrap", DOMAIN, str(plist))
-    pid = mac.pid("lab.bye")
+    pid = mac.handling_term("lab.bye", marker)
     mac.logout()
     assert marker.read_text() == "term\n"
     assert not mac.socket.exists()

@@ -77,9 +77,12 @@ def test_a_plist_change_reloads_a_busy_mac_worker_which_finishes_its_task(cluste
 def test_a_move_off_the_mac_cut_short_then_a_login_leaves_one_web_worker(cluster) -> None:
     cluster.web_on(MAC)
     with cluster.traffic() as traffic:
-        # Cut after the old web worker was stopped and disabled, before its plist is removed.
+        # Cut after the old web worker was stopped and disabled, before its plist is removed
+        # (the play's first tasks take about a second): Ctrl-C pressed again and again, as a
+        # first SIGINT that lands in a garbage collector's callback is swallowed by Python
+        # ("Exception ignored in: ..."), and the play would go on to the plist.
         cut = cluster.migrate(LINUX, on=[(r"^PLAY \[Remove the old web worker's files\]",
-                                          drive.interrupt)])
+                                          lambda proc: drive.interrupt(proc, 0.3, 10))])
         assert cut.returncode != 0
         assert cluster.nodes[MAC].worker_installed(), "the cut came after the plist's removal"
         # The Mac restarts and its user logs in: launchd loads every agent it finds, except
