@@ -422,26 +422,6 @@ def normalize_digest(value: str) -> str:
     return digest
 
 
-def models_to_pull(models: Iterable[str], tags: object,
-                   pins: Mapping[str, str] | None = None) -> list[str]:
-    """Of ``models``, those an Ollama server whose ``GET /api/tags`` answered ``tags`` (its
-    JSON, or None when it did not answer) does not list with the pinned weights (``pins``:
-    model -> digest): every one when it did not answer; a bad pin too (the pull says why)."""
-    if not isinstance(tags, dict) or not isinstance(tags.get("models"), list):
-        return list(models)
-    wanted = []
-    for model in models:
-        pin = (pins or {}).get(model)
-        try:
-            entry = find_model(model, tags)
-            other_weights = pin is not None and normalize_digest(pin) != (entry or {}).get("digest")
-        except (ValueError, AttributeError):
-            entry, other_weights = None, True
-        if entry is None or other_weights:
-            wanted.append(model)
-    return wanted
-
-
 def first_line(value: object, empty: str = "") -> str:
     """The first non-empty line of ``value``'s text, stripped: what a one-line message quotes
     of an error or an answer. For an exception without a message, its type's name; else

@@ -495,22 +495,42 @@ def models_to_pull(models: Iterable[str], tags_answer: Mapping[str, Any] | None,
                    pins: Mapping[str, str] | None = None) -> list[str]:
     """Of ``models``, those to hand to ollama_model, from host_state's read of Ollama's
     ``GET /api/tags`` (``{status, json}``, or None when it did not answer): every one unless
-    it answered 200 (coordinator_contract.models_to_pull)."""
-    answer = tags_answer or {}
-    return contract.models_to_pull(models, answer.get("json") if answer.get("status") == 200
-                                   else None, pins)
+    it answered 200 with its list; else each it does not list with the pinned weights
+    (``pins``: model -> digest), and each with a bad pin (the pull says why)."""
+    tags = (tags_answer or {}).get("json") if (tags_answer or {}).get("status") == 200 else None
+    if not isinstance(tags, dict) or not isinstance(tags.get("models"), list):
+        return list(models)
+    wanted = []
+    for model in models:
+        pin = (pins or {}).get(model)
+        try:
+            entry = contract.find_model(model, tags)
+            listed = entry is not None and (
+                pin is None or contract.normalize_digest(pin) == entry.get("digest"))
+        except (ValueError, AttributeError):
+            listed = False
+        if not listed:
+            wanted.append(model)
+    return wanted
 
 
 #: What the vault example (inventory/*/group_vars/all/vault.yml.example) leaves in a secret.
 SECRET_PLACEHOLDER = "CHANGE_ME"
 
 
-def unset_secrets(names: Iterable[str], values: Iterable[Any]) -> list[str]:
-    """The names (of ``names``, their ``values`` in the same order, as one
+def unset_secrets(names: Iterable[str], values: Iterable[Any]) -> str:
+    """The one line naming each of ``names`` (their ``values`` in the same order, as one
     ``query('ansible.builtin.vars', *names, default='')`` reads them) whose secret is not
-    set: not a string, empty, or still the vault example's placeholder."""
-    return [name for name, value in zip(names, values, strict=True)
-            if not isinstance(value, str) or not value or value == SECRET_PLACEHOLDER]
+    set: not a string, empty, or still the vault example's placeholder; "" when all are."""
+    unset = [name for name, value in zip(names, values, strict=True)
+             if not isinstance(value, str) or not value or value == SECRET_PLACEHOLDER]
+    if not unset:
+        return ""
+    one = len(unset) == 1
+    return (f"{', '.join(unset)} {'is' if one else 'are'} not set (missing, empty or still "
+            f"{SECRET_PLACEHOLDER}): add {'it' if one else 'them'} to "
+            "inventory/<name>/group_vars/all/vault.yml (copy vault.yml.example, fill it in, "
+            "then ansible-vault encrypt it)")
 
 
 class FilterModule:

@@ -904,8 +904,11 @@ def test_a_rendered_file_is_in_place_only_with_its_text_owner_group_and_mode():
 
 def test_unset_secrets_names_each_secret_missing_empty_placeholder_or_not_text() -> None:
     names = ["a", "b", "c", "d", "e"]
-    assert cluster.unset_secrets(names, ["x", "", "CHANGE_ME", 5, None]) == ["b", "c", "d", "e"]
-    assert cluster.unset_secrets(names[:1], ["change_me"]) == []
+    assert cluster.unset_secrets(names, ["x", "", "CHANGE_ME", 5, None]).startswith(
+        "b, c, d, e are not set (missing, empty or still CHANGE_ME): add them to ")
+    assert cluster.unset_secrets(names[:1], [""]).startswith("a is not set (missing, empty "
+                                                             "or still CHANGE_ME): add it to ")
+    assert cluster.unset_secrets(names[:1], ["change_me"]) == ""
 
 
 def test_models_to_pull_are_those_ollama_does_not_list_with_the_pinned_weights() -> None:
