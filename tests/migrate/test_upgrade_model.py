@@ -1,6 +1,7 @@
 """upgrade-model.yml on the shared lab (conftest.py), with web tasks routed every 2 s
-throughout and none lost (but while the real models are measured: that traffic would take
-the same CPU), and the Ollama stand-ins serving real models where their difference matters:
+throughout and none lost (except while the real models are measured: that traffic would
+take the same CPU), and the Ollama stand-ins serving real models where their difference
+matters:
 
 - a model that does not load (the real-inference kit's file cut short: llama.cpp refuses
   it) stops the run at its warm-up on the canary, nothing switched;
@@ -29,8 +30,9 @@ from .conftest import WORKER_HOSTS
 UPGRADE = ("-e", "upgrade_model_tasks=6")
 HOSTS = ("lab-ai-core", *WORKER_HOSTS)
 BROKEN, GOOD = inference.TRUNCATED, "good-model:1b"
-# Two real models of the same weights: F32 takes about five times Q4_1's seconds a token on
-# one CPU (lab/inference.py), more than the spread of a machine loaded by the other tests.
+# Two real models of the same weights: F32 takes three to five times Q4_1's seconds a token
+# on one CPU (lab/inference.py; a chat here 2 to 3 times as long), more than the spread of a
+# machine loaded by the other tests.
 REAL, REAL_SLOWER = inference.MODEL, "lab/smollm2-135m-instruct:f32"
 # The Coordinator's host: one CPU, and an inference worker only (the web worker is on a
 # worker host), so its test tasks are chats that only the model's compute tells apart.
