@@ -470,11 +470,15 @@ def paths_found(files: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
 
 def directories_not_in_place(paths: Iterable[str],
                              files: Mapping[str, Mapping[str, Any] | None],
-                             mode: str) -> list[str]:
+                             mode: str, owner: str | None = None,
+                             group: str | None = None) -> list[str]:
     """The ``paths`` that host_state's read of ``files`` does not find a directory with
-    ``mode``: the ones ansible.builtin.file (state directory, that mode) must be run for."""
+    ``mode`` (and ``owner`` and ``group``, when given): the ones ansible.builtin.file (state
+    directory, those attributes) must be run for."""
+    wanted = {"type": "directory", "mode": mode, "owner": owner, "group": group}
     return [path for path in paths
-            if (files.get(path) or {}).get("type") != "directory" or files[path]["mode"] != mode]
+            if any(value is not None and (files.get(path) or {}).get(key) != value
+                   for key, value in wanted.items())]
 
 
 def rendered_in_place(found: Mapping[str, Any] | None, text: str,

@@ -221,6 +221,21 @@ class ThrowawayPostgres(_Throwaway):
         self.psql(f"CREATE DATABASE {name} OWNER {DB_USER}", db="postgres")
         return self.dsn.replace(f"dbname={DB_NAME} ", f"dbname={name} ")
 
+    def restore(self, dump: bytes, db: str) -> subprocess.CompletedProcess[str]:
+        """pg_restore of a custom-format ``dump`` (read from stdin) into the new database
+        ``db``, as the superuser, without the dump's owners and grants (roles of another
+        cluster); its output, with the error count pg_restore ends with, is returned."""
+        self.psql(f'CREATE DATABASE "{db}"', db="postgres")
+        kwargs = {}
+        if self._run_as is not None:
+            kwargs = {"user": self._run_as.pw_uid, "group": self._run_as.pw_gid}
+        done = subprocess.run(
+            [str(self.bindir / "pg_restore"), "--no-owner", "--no-privileges", "--exit-on-error",
+             "-h", str(self.sockdir), "-p", str(self.port), "-U", "postgres", "-d", db],
+            input=dump, capture_output=True, check=False, cwd="/", **kwargs)
+        return subprocess.CompletedProcess(done.args, done.returncode,
+                                           done.stdout.decode(), done.stderr.decode())
+
     def psql(self, sql: str, db: str = DB_NAME) -> str:
         """Run SQL as the superuser; return psql's unaligned output."""
         out = self._cmd(

@@ -37,7 +37,7 @@ LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 # on the Mac, test_macos.py's last move takes it to the Linux host, the README's move back).
 ORDER = ["test_hardening.py", "test_real_inference.py", "test_check_mode.py",
          "test_migrate_web.py", "test_faults.py", "test_macos.py", "test_readme.py",
-         "test_upgrade_model.py", "test_secrets.py", "test_probe_incident.py"]
+         "test_upgrade_model.py", "test_backup.py", "test_secrets.py", "test_probe_incident.py"]
 WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 

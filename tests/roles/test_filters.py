@@ -193,6 +193,13 @@ def test_only_directories_not_yet_in_place_are_given_to_file():
     assert cluster.directories_not_in_place(["/a", "/b", "/c", "/d", "/e"], files, "0755") == [
         "/b", "/c", "/d", "/e"]
     assert cluster.paths_found(files) == ["/a", "/b", "/c"]
+    # With an owner and group: a directory of another's is given to file too.
+    owned = {"/a": {"type": "directory", "mode": "0700", "owner": "postgres", "group": "postgres"},
+             "/b": {"type": "directory", "mode": "0700", "owner": "root", "group": "postgres"},
+             "/c": {"type": "directory", "mode": "0700", "owner": "postgres", "group": "root"}}
+    assert cluster.directories_not_in_place(["/a", "/b", "/c"], owned, "0700", "postgres",
+                                            "postgres") == ["/b", "/c"]
+    assert cluster.directories_not_in_place(["/a", "/b", "/c"], owned, "0700") == []
 
 
 # -- the registration check (tasks/verify.yml) -------------------------------------------------

@@ -1,0 +1,106 @@
+"""The Coordinator's database backed up as the postgresql_access role schedules it, on the
+lab's database host: the timer waits for its next run, its service sandboxed; a run (the
+service the timer starts) writes one whole dump that only postgres reads, keeps the newest
+postgresql_access_backup_keep and removes older ones and any dump left half written; that
+dump, restored into a fresh PostgreSQL, holds every task the live database had, as it had
+it; restored in place as docs/operating.md says (the Coordinator stopped, one transaction),
+the cluster serves again and site.yml finds nothing to change."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from urllib.parse import urlsplit
+
+import yaml
+
+from lab import drive
+from lab.drive import REPO
+from lab.throwaway import ThrowawayPostgres, wait_for_port
+
+from .test_hardening import BOUNDS, EXPOSURE
+
+DEFAULTS = yaml.safe_load((REPO / "roles/postgresql_access/defaults/main.yml").read_text())
+DIRECTORY = DEFAULTS["postgresql_access_backup_dir"]
+KEEP = DEFAULTS["postgresql_access_backup_keep"]
+DATABASE = DEFAULTS["postgresql_access_database"]
+UNIT = "coordinator-backup"
+# Each task as id|hash of the whole row (a result may hold newlines).
+ROWS = "SELECT id, md5(tasks::text) FROM tasks ORDER BY id"
+# Dumps of an earlier January, named as the script names them: the oldest goes once a new
+# one makes KEEP + 1.
+OLD = [f"{DATABASE}-202001{day:02d}T033000Z.dump" for day in range(1, KEEP + 1)]
+HALF_WRITTEN = f"{DATABASE}-20191231T033000Z.dump.partial"
+
+
+def live_rows(node: drive.Node) -> list[str]:
+    return node.sh("psql", "-X", "-A", "-t", "-d", DATABASE, "-c", ROWS, user="postgres",
+                   check=True).stdout.splitlines()
+
+
+def test_a_scheduled_dump_keeps_the_newest_and_restores_every_task_into_a_fresh_postgresql(
+        cluster, tmp_path) -> None:
+    node = cluster.nodes["lab-ai-core"]
+    shown = node.sh("systemctl", "show", f"{UNIT}.timer", "--property=ActiveState",
+                    "--property=UnitFileState", "--property=NextElapseUSecRealtime",
+                    check=True).stdout
+    timer = dict(line.split("=", 1) for line in shown.splitlines())
+    assert (timer["ActiveState"], timer["UnitFileState"]) == ("active", "enabled"), timer
+    assert timer["NextElapseUSecRealtime"], timer  # a next run is scheduled
+    # Sandboxed as the Coordinator's own service is (systemd-analyze scores a unit not running).
+    report = node.sh("systemd-analyze", "security", "--no-pager", f"{UNIT}.service",
+                     check=True).stdout
+    assert float(EXPOSURE.search(report).group(2)) <= BOUNDS["coordinator.service"], report
+    for name in [*OLD, HALF_WRITTEN]:
+        node.sh("install", "-o", "postgres", "-g", "postgres", "-m", "0600", "/dev/null",
+                f"{DIRECTORY}/{name}", check=True)
+
+    before = live_rows(node)
+    assert before, "the lab's earlier tests routed tasks"
+    node.sh("systemctl", "start", f"{UNIT}.service", check=True)  # oneshot: returns when done
+    after = live_rows(node)
+
+    found = dict(line.split(" ", 1) for line in node.sh(
+        "find", DIRECTORY, "-mindepth", "1", "-printf", r"%f %u:%g %m\n", check=True
+    ).stdout.splitlines())
+    made = sorted(set(found) - set(OLD))
+    assert len(made) == 1 and re.fullmatch(rf"{DATABASE}-\d{{8}}T\d{{6}}Z\.dump", made[0]), found
+    assert sorted(found) == sorted([*OLD[1:], *made]), found
+    assert set(found.values()) == {"postgres:postgres 600"}, found
+    assert node.sh("stat", "--format=%U:%G %a", DIRECTORY, check=True).stdout.split() == [
+        "postgres:postgres", "700"]
+    journal = node.sh("journalctl", "--unit", f"{UNIT}.service", "--output=cat", "--no-pager",
+                      check=True).stdout
+    assert f"dumped {DATABASE} to {DIRECTORY}/{made[0]} (" in journal, journal
+    assert f"removed {OLD[0]} (the newest {KEEP} are kept)" in journal, journal
+
+    dump = subprocess.run(["podman", "exec", node.container, "cat", f"{DIRECTORY}/{made[0]}"],
+                          env=drive.env(), capture_output=True, check=True).stdout
+    with ThrowawayPostgres() as fresh:
+        restored = fresh.restore(dump, "restored")
+        assert restored.returncode == 0, restored.stderr
+        rows = fresh.psql(ROWS, db="restored").splitlines()
+    # Every task the live database had when the dump began and none it did not have once it
+    # ended; each row as it was where it did not change meanwhile.
+    ids = [{row.split("|", 1)[0] for row in taken} for taken in (before, rows, after)]
+    assert ids[0] <= ids[1] <= ids[2], [len(each) for each in ids]
+    assert set(before) & set(after) <= set(rows)
+
+    # Back on the database host, as docs/operating.md says, with the cluster's roles.
+    node.sh("systemctl", "stop", "coordinator.service", check=True)
+    try:
+        put_back = node.sh("pg_restore", "--clean", "--if-exists", "--single-transaction",
+                           "--exit-on-error", "-d", DATABASE, f"{DIRECTORY}/{made[0]}",
+                           user="postgres")
+    finally:
+        node.sh("systemctl", "start", "coordinator.service", check=True)
+    assert put_back.returncode == 0, put_back.stderr
+    assert set(before) & set(after) <= set(live_rows(node))
+    api = urlsplit(cluster.coordinator.url)
+    wait_for_port(api.port, 60, "the Coordinator", host=api.hostname)
+    task = cluster.coordinator.finished(cluster.coordinator.route(), time.monotonic() + 120)
+    assert task["status"] == "done", task
+    again = cluster.playbooks.run("site.yml", cluster.source)
+    assert again.returncode == 0, again.output[-5000:]
+    assert set(again.changed().values()) == {0}, again.recap
