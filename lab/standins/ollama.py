@@ -510,6 +510,14 @@ class Engine:
             sampled += 1
             return logits
 
+        def past_limit() -> bool:
+            """Whether a token past num_predict was sampled. llama-cpp-python checks its
+            max_tokens only on whole characters: a num_predict-th token in the middle of a
+            multi-byte character (Japanese) gets one or more tokens more, and the piece they
+            finish. Ollama's runner stops at num_predict tokens and drops the unfinished
+            character's bytes (runner.go, flushPending): that piece is not emitted here."""
+            return limit is not None and sampled > limit
+
         with model_lock:
             llama_cpp.llama_perf_context_reset(model.ctx)
             # Ollama's seed -1 (its default) is llama.cpp's LLAMA_DEFAULT_SEED: a random seed
@@ -526,6 +534,8 @@ class Engine:
                     **common)
             finish = None
             for chunk in chunks:
+                if past_limit():
+                    break
                 # A completion's piece is its text, a chat's its delta's content.
                 choice = chunk["choices"][0]
                 text = choice.get("text") or choice.get("delta", {}).get("content")
@@ -533,15 +543,16 @@ class Engine:
                     emit(text)
                 finish = choice.get("finish_reason") or finish
             perf = llama_cpp.llama_perf_context(model.ctx)
+        cut = past_limit()
         return {
-            # llama-cpp-python says "length" when num_predict or the context ended it.
-            "done_reason": "length" if finish == "length" else "stop",
+            # llama-cpp-python says "length" when its max_tokens or the context ended it.
+            "done_reason": "length" if finish == "length" or cut else "stop",
             "prompt_eval_count": perf.n_p_eval,
             "prompt_eval_duration": int(perf.t_p_eval_ms * 1e6),
-            # The tokens generated, as Ollama counts them: not the end-of-generation token.
-            # (llama.cpp's own count is of the tokens it decoded, which the prompt cache
-            # and the last token sampled make differ.)
-            "eval_count": sampled - int(finish == "stop"),
+            # The tokens generated, as Ollama counts them: not the end-of-generation token,
+            # nor the one sampled past num_predict. (llama.cpp's own count is of the tokens
+            # it decoded, which the prompt cache and the last token sampled make differ.)
+            "eval_count": limit if cut else sampled - int(finish == "stop"),
             "eval_duration": int(perf.t_eval_ms * 1e6),
         }
 

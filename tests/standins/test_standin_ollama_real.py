@@ -62,6 +62,22 @@ def test_num_predict_ends_the_answer_there_with_done_reason_length(serve):
     assert answer.response
 
 
+def test_num_predict_counts_tokens_not_characters_and_drops_a_character_it_cuts(serve):
+    """Japanese takes several tokens a character: Ollama stops at num_predict tokens all the
+    same, and leaves out the bytes of a character the last one did not finish."""
+    client = serve(MODEL)
+    prompt = "東京について日本語で教えてください。"
+    whole = client.generate(model=MODEL, prompt=prompt, options={**GREEDY, "num_predict": 24})
+    answers = [client.generate(model=MODEL, prompt=prompt, options={**GREEDY, "num_predict": n})
+               for n in range(1, 13)]
+    assert [(a.done_reason, a.eval_count) for a in answers] == [("length", n)
+                                                                for n in range(1, 13)]
+    assert all(whole.response.startswith(a.response) for a in answers)
+    # Some token ended inside a character: one more token, no more text.
+    assert any(a.response == b.response for a, b in zip(answers, answers[1:])), [
+        a.response for a in answers]
+
+
 def test_chat_answers_through_the_models_template(serve):
     client = serve(MODEL)
     answer = client.chat(model=MODEL, options=GREEDY, messages=[
