@@ -6,6 +6,7 @@ not load failing as Ollama's runner does."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_num_predict_counts_tokens_not_characters_and_drops_a_character_it_cuts(
                                                                 for n in range(1, 13)]
     assert all(whole.response.startswith(a.response) for a in answers)
     # Some token ended inside a character: one more token, no more text.
-    assert any(a.response == b.response for a, b in zip(answers, answers[1:])), [
+    assert any(a.response == b.response for a, b in itertools.pairwise(answers)), [
         a.response for a in answers]
 
 
