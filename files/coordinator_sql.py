@@ -365,6 +365,8 @@ class SQL:
     ACTIVE_BY_QUEUE = ("SELECT queue, status, count(*) FROM tasks"
                        f" WHERE status IN ('queued', 'running') AND {_USERS}"
                        " GROUP BY queue, status")
+    #: When the newest backup recorded in ``backups`` finished (Unix time); null for none.
+    LAST_BACKUP = "SELECT extract(epoch FROM max(finished_at))::float8 FROM backups"
     ACTIVE_BY_TYPE = ("SELECT task_type, status, count(*) FROM tasks"
                       f" WHERE status IN ('queued', 'running') AND {_USERS} GROUP BY 1, 2")
     #: Per queue of ``queues``: its unfinished tasks, (queue, count) pairs.

@@ -76,6 +76,11 @@ class Metrics:
             "When a certificate the Coordinator uses expires (Unix time): its serving one and "
             "the CA one it trusts, from the files its configuration names",
             ["certificate", "file"], registry=r)
+        self.last_backup = Gauge(
+            "coordinator_backup_last_success_timestamp_seconds",
+            "When the newest dump of the Coordinator's database that the postgresql_access "
+            "role's scheduled backup made finished, as it recorded it (Unix time; 0: none yet)",
+            registry=r)
         self.workers_duplicate = Gauge(
             "coordinator_workers_duplicate",
             "Worker ids with two live processes (flagged by the Reaper)", registry=r)

@@ -402,6 +402,17 @@ COMMENT ON COLUMN tasks.options IS
     'the model it asks; null for none';
 """
 
+_V12 = """
+CREATE TABLE IF NOT EXISTS backups (
+    finished_at timestamptz NOT NULL DEFAULT now(),
+    file        text NOT NULL,
+    bytes       bigint NOT NULL
+);
+COMMENT ON TABLE backups IS
+    'each whole dump of this database the postgresql_access role''s coordinator-backup '
+    'made, recorded by it; coordinator_backup_last_success_timestamp_seconds is the newest';
+"""
+
 #: (version, description, SQL). Append new versions; never edit an applied one.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "tasks, workers, worker_instances, task_events trigger", _V1),
@@ -416,6 +427,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (9, "worker probes: workers.probe_*, tasks_probe_idx", _V9),
     (10, "notifications: what was sent to the user's URL, and whether it was delivered", _V10),
     (11, "tasks.options: Ollama options a task carries to its model", _V11),
+    (12, "backups: the dumps the role's scheduled backup made, for the metrics", _V12),
 ]
 
 #: What the Coordinator's own login may do, granted at every start by the schema's owner
@@ -424,7 +436,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 COORDINATOR_GRANTS = """
 GRANT SELECT, INSERT, UPDATE, DELETE
    ON tasks, workers, worker_instances, task_transitions, audit, notifications TO SESSION_USER;
-GRANT SELECT ON coordinator_schema TO SESSION_USER;
+GRANT SELECT ON coordinator_schema, backups TO SESSION_USER;
 GRANT USAGE ON SEQUENCE task_transitions_id_seq, audit_id_seq, notifications_id_seq
    TO SESSION_USER;
 """

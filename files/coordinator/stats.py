@@ -123,7 +123,9 @@ class Stats:
                 cur = await conn.execute(SQL.WORKERS_BY_KIND, {"ttl": self.cfg.heartbeat_ttl})
                 kinds = await cur.fetchall()
                 names = await self._queue_names(conn, set(queued) | set(running))
-        self._stats = _Cache(now, (counts, oldest, running, waiting, kinds, names))
+                cur = await conn.execute(SQL.LAST_BACKUP)
+                (last_backup,) = await cur.fetchone()
+        self._stats = _Cache(now, (counts, oldest, running, waiting, kinds, names, last_backup))
         return self._stats.value
 
     def _certificates(self) -> dict[tuple[str, str], float]:
@@ -145,9 +147,11 @@ class Stats:
         names: list[str] = []
         running: dict[str, int] = {}
         try:
-            counts, oldest, running, waiting, kinds, names = await self._cluster_snapshot()
+            counts, oldest, running, waiting, kinds, names, last_backup = \
+                await self._cluster_snapshot()
             m.set_task_counts(counts, waiting, oldest)
             m.set_workers(kinds)
+            m.last_backup.set(last_backup or 0)
             m.backend_up.labels("postgresql").set(1)
         except Exception as exc:
             m.backend_up.labels("postgresql").set(0)

@@ -193,6 +193,21 @@ def test_a_worker_gone_silent_is_dead_by_kind_and_one_that_said_goodbye_is_not(
              what="the dead worker in the metrics")
 
 
+def test_the_last_backup_is_the_newest_dump_the_backup_recorded(
+        client: httpx.Client, backends: Backends) -> None:
+    name = "coordinator_backup_last_success_timestamp_seconds"
+    assert gauge(client.get("/metrics").text, name) == {(): 0.0}  # none recorded yet
+    backends.sql("INSERT INTO backups (finished_at, file, bytes) VALUES"
+                 " (clock_timestamp() - interval '2 days', '/b/old.dump', 10),"
+                 " (clock_timestamp() - interval '1 hour', '/b/new.dump', 20)")
+    try:
+        last = wait_for(lambda: gauge(client.get("/metrics").text, name)[()] or None, 5,
+                        what="the recorded dump in the metrics")
+    finally:
+        backends.sql("DELETE FROM backups")
+    assert time.time() - 3660 < last < time.time() - 3540
+
+
 def test_the_certificates_expiry_is_read_from_the_files_the_configuration_names(
         start_server, tmp_path: Path, caplog) -> None:
     """The serving certificate and the CA one (both made here, valid one day) by their

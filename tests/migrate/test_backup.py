@@ -1,7 +1,8 @@
 """The Coordinator's database backed up as the postgresql_access role schedules it, on the
 lab's database host: the timer waits for its next run, its service sandboxed; a run (the
-service the timer starts) writes one whole dump that only postgres reads, keeps the newest
-postgresql_access_backup_keep and removes older ones and any dump left half written; that
+service the timer starts) writes one whole dump that only postgres reads, records it (the
+Coordinator's metric shows it), keeps the newest postgresql_access_backup_keep and removes
+older ones and any dump left half written; that
 dump, restored into a fresh PostgreSQL, holds every task the live database had, as it had
 it; restored in place as docs/operating.md says (the Coordinator stopped, one transaction),
 the cluster serves again and site.yml finds nothing to change."""
@@ -13,11 +14,12 @@ import subprocess
 import time
 from urllib.parse import urlsplit
 
+import requests
 import yaml
 
 from lab import drive
 from lab.drive import REPO
-from lab.throwaway import ThrowawayPostgres, wait_for_port
+from lab.throwaway import ThrowawayPostgres, wait_for_port, wait_until
 
 from .test_hardening import BOUNDS, EXPOSURE
 
@@ -74,6 +76,17 @@ def test_a_scheduled_dump_keeps_the_newest_and_restores_every_task_into_a_fresh_
                       check=True).stdout
     assert f"dumped {DATABASE} to {DIRECTORY}/{made[0]} (" in journal, journal
     assert f"removed {OLD[0]} (the newest {KEEP} are kept)" in journal, journal
+
+    # Recorded: the Coordinator's metric is the dump's end (its scrape caches 2 s).
+    def last_backup() -> float | None:
+        scrape = requests.get(f"{cluster.coordinator.url}/metrics", timeout=10,
+                              headers=cluster.coordinator.headers,
+                              verify=cluster.coordinator.verify)
+        scrape.raise_for_status()
+        found = re.search(r"^coordinator_backup_last_success_timestamp_seconds (\S+)$",
+                          scrape.text, re.M)
+        return float(found.group(1)) or None
+    assert time.time() - 120 < wait_until(last_backup, 10, "the dump in the metrics") <= time.time()
 
     dump = subprocess.run(["podman", "exec", node.container, "cat", f"{DIRECTORY}/{made[0]}"],
                           env=drive.env(), capture_output=True, check=True).stdout

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from lab.drive import REPO
+from lab.throwaway import DB_NAME
+from tests.conftest import create_schema
 
 TEMPLATE = REPO / "roles/postgresql_access/templates/coordinator-backup.sh.j2"
 DATABASE = "backup_script"
@@ -22,12 +24,18 @@ OLD = [f"{DATABASE}-20200101T033000Z.dump", f"{DATABASE}-20200102T033000Z.dump"]
 
 @pytest.fixture(scope="module")
 def database(pg) -> str:
-    """A database of the session's server with one table and a row in it."""
+    """A database of the session's server with the Coordinator's schema and a task."""
     pg.psql(f"DROP DATABASE IF EXISTS {DATABASE}", db="postgres")
     pg.psql(f"CREATE DATABASE {DATABASE}", db="postgres")
-    pg.psql("CREATE TABLE tasks (id int PRIMARY KEY, result text); "
-            "INSERT INTO tasks VALUES (1, 'kept')", db=DATABASE)
+    create_schema(pg.admin_dsn.replace(f"dbname={DB_NAME}", f"dbname={DATABASE}"))
+    pg.psql("INSERT INTO tasks (id, task_type, prompt) VALUES (gen_random_uuid(), 'chat', 'p')",
+            db=DATABASE)
     return DATABASE
+
+
+def recorded(pg, database: str) -> list[str]:
+    return pg.psql("SELECT file || ' ' || bytes FROM backups ORDER BY finished_at",
+                   db=database).splitlines()
 
 
 @pytest.fixture
@@ -70,6 +78,7 @@ def test_a_dump_is_written_whole_and_the_newest_are_kept(script, pg, database,
     listed = subprocess.run([str(pg.bindir / "pg_restore"), "--list", str(dump)],
                             capture_output=True, text=True, check=True).stdout
     assert re.search(r"TABLE DATA public tasks ", listed), listed
+    assert recorded(pg, database)[-1] == f"{dump} {made[2]}"
 
 
 def test_a_failed_dump_says_why_and_removes_nothing(script, pg, tmp_path) -> None:
@@ -82,3 +91,23 @@ def test_a_failed_dump_says_why_and_removes_nothing(script, pg, tmp_path) -> Non
     assert 'database "no_such_database" does not exist' in failed.stderr, failed.stderr
     assert failed.stdout == ""
     assert dumps(directory) == OLD  # none removed, no .partial left
+
+
+def test_a_dump_it_cannot_record_fails_the_run_and_is_kept(script, pg, tmp_path) -> None:
+    """A database without the Coordinator's schema (no table backups): the dump is whole and
+    stays, the run fails with psql's error (the service shows failed now, not only in the
+    stale-backup alert a day later), and no older dump is removed."""
+    bare = f"{DATABASE}_bare"
+    pg.psql(f"DROP DATABASE IF EXISTS {bare}", db="postgres")
+    pg.psql(f"CREATE DATABASE {bare}", db="postgres")
+    directory = tmp_path / "backups"
+    directory.mkdir()
+    old = [name.replace(DATABASE, bare) for name in OLD]
+    for name in old:
+        (directory / name).write_bytes(b"")
+    failed = run(script, pg, directory, bare, 1)
+    assert failed.returncode != 0
+    assert 'relation "backups" does not exist' in failed.stderr, failed.stderr
+    made = sorted(set(dumps(directory)) - set(old))
+    assert len(made) == 1 and made[0].endswith(".dump"), dumps(directory)
+    assert f"dumped {bare} to {directory / made[0]} (" in failed.stdout
