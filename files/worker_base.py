@@ -80,6 +80,17 @@ class CheckFailed(Exception):
     """A start-up check failed; the message is the one line the operator reads."""
 
 
+class CoordinatorUnreachable(OSError):
+    """No Coordinator of COORDINATOR_URL answered: each URL with its error. An OSError, as
+    requests' own errors are, so a caller catches both alike."""
+
+    def __init__(self, failures: list[tuple[str, BaseException]]) -> None:
+        self.failures = failures
+        text = (one_line(failures[0][1]) if len(failures) == 1 else
+                "; ".join(f"{url}: {one_line(error)}" for url, error in failures))
+        super().__init__(text)
+
+
 # --- configuration ------------------------------------------------------------------------
 
 class EnvReader:
@@ -133,7 +144,8 @@ class BaseConfig:
     redis_port: int
     redis_password: str | None
     pg_dsn: str
-    coordinator_url: str
+    # COORDINATOR_URL: the cluster's Coordinators, in the order they are tried.
+    coordinator_urls: tuple[str, ...]
     coordinator_token: str | None
     worker_id: str
     worker_host: str
@@ -155,7 +167,7 @@ class BaseConfig:
             "redis_username": env.optional("REDIS_USERNAME"),
             "redis_ca_file": env.optional(REDIS_CA_FILE_ENV),
             "pg_dsn": env.required("PG_DSN"),
-            "coordinator_url": http_url(env.required("COORDINATOR_URL")),
+            "coordinator_urls": http_urls(env.required("COORDINATOR_URL")),
             "coordinator_ca_file": env.optional(COORDINATOR_CA_FILE_ENV),
             "coordinator_token": env.optional("COORDINATOR_TOKEN"),
             "worker_id": env.required("WORKER_ID"),
@@ -174,9 +186,13 @@ class BaseConfig:
         env = EnvReader(environ)
         fields = {**cls.base_fields(env), **cls.own_fields(env)}
         env.finish()
-        problem = coordinator_url_problem(fields["coordinator_url"], fields["coordinator_ca_file"])
-        if problem:
-            raise ConfigError(problem)
+        if not fields["coordinator_urls"]:
+            raise ConfigError(f"COORDINATOR_URL {environ['COORDINATOR_URL']!r} names no "
+                              "Coordinator: give its URL, or the cluster's comma-separated")
+        for url in fields["coordinator_urls"]:
+            problem = coordinator_url_problem(url, fields["coordinator_ca_file"])
+            if problem:
+                raise ConfigError(problem)
         return cls(**fields)
 
 
@@ -203,6 +219,12 @@ def http_url(raw: str) -> str:
     """Accept `host:port` as Ollama's own OLLAMA_HOST does; drop a trailing slash."""
     url = raw.strip().rstrip("/")
     return url if "://" in url or not url else f"http://{url}"
+
+
+def http_urls(raw: str) -> tuple[str, ...]:
+    """COORDINATOR_URL: one URL, or the cluster's Coordinators comma-separated (each as
+    http_url takes it); an empty one is none (EnvReader names a missing variable)."""
+    return tuple(http_url(part) for part in raw.split(",") if part.strip())
 
 
 def dsn_password(dsn: str) -> str | None:
@@ -671,30 +693,62 @@ class CoordinatorClient:
         self.drain = threading.Event()
         self.drained = False
         self.hint_beat_at = 0.0
+        # Which of COORDINATOR_URL answered last: asked first next time.
+        self.coordinator_at = 0
+
+    @property
+    def coordinator_url(self) -> str:
+        """The Coordinator the worker uses now (the one of COORDINATOR_URL that answered
+        last)."""
+        return self.cfg.coordinator_urls[self.coordinator_at]
+
+    def post_coordinator(self, path: str, body: dict[str, Any]) -> requests.Response:
+        """POST ``path`` to the Coordinator that answered last, else to the next of
+        COORDINATOR_URL that answers, which is used from then on (said in the log); every
+        instance serves the same cluster, so any answer counts, an error status too.
+        CoordinatorUnreachable, with each URL's error, when none answers."""
+        urls = self.cfg.coordinator_urls
+        first = self.coordinator_at
+        failures: list[tuple[str, BaseException]] = []
+        for step in range(len(urls)):
+            at = (first + step) % len(urls)
+            try:
+                response = self.http.post(urls[at] + path, json=body,
+                                          timeout=self.cfg.coordinator_timeout)
+            except OSError as error:  # requests' errors, and its OSError for a missing CA file
+                failures.append((urls[at], error))
+                continue
+            if at != first:
+                self.coordinator_at = at
+                log.warning("Using the Coordinator at %s: %s did not answer (%s)", urls[at],
+                            urls[first], one_line(failures[0][1]))
+            return response
+        raise CoordinatorUnreachable(failures)
 
     def register(self) -> None:
-        url = f"{self.cfg.coordinator_url}/workers/register"
+        path = "/workers/register"
         body = self.registration()
         try:
-            response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
-        except OSError as error:  # requests' errors, and its OSError for a missing CA file
-            text = one_line(error)
-            fix = (local_network_hint(text, platform.system(), base_interpreter())
-                   or coordinator_tls_problem(self.cfg.coordinator_url, repr(error),
-                                              self.cfg.coordinator_ca_file)
+            response = self.post_coordinator(path, body)
+        except CoordinatorUnreachable as unreachable:
+            url, error = unreachable.failures[0]
+            fix = (local_network_hint(one_line(error), platform.system(), base_interpreter())
+                   or coordinator_tls_problem(url, repr(error), self.cfg.coordinator_ca_file)
                    or "check COORDINATOR_URL and that the Coordinator runs")
+            where = ", ".join(self.cfg.coordinator_urls)
             raise CheckFailed(f"Coordinator check FAILED: not reachable at "
-                              f"{self.cfg.coordinator_url} ({text}); fix: {fix}") from None
+                              f"{'any of ' if len(self.cfg.coordinator_urls) > 1 else ''}"
+                              f"{where} ({unreachable}); fix: {fix}") from None
         if response.status_code == 401:
-            raise CheckFailed(f"Coordinator check FAILED at {self.cfg.coordinator_url}: 401, "
+            raise CheckFailed(f"Coordinator check FAILED at {self.coordinator_url}: 401, "
                               "fix: set COORDINATOR_TOKEN to the Coordinator's token")
         if response.status_code != 200:
-            raise CheckFailed(f"Coordinator check FAILED at {url}: HTTP {response.status_code} "
-                              f"{error_text(response)}")
+            raise CheckFailed(f"Coordinator check FAILED at {self.coordinator_url}{path}: HTTP "
+                              f"{response.status_code} {error_text(response)}")
         answer = response.json()
         self.heartbeat_interval = float(answer["heartbeat_interval"])
         log.info("register: %s as %s worker on %s at %s (v%s, heartbeat every %gs)",
-                 self.cfg.worker_id, body["kind"], self.queues, self.cfg.coordinator_url,
+                 self.cfg.worker_id, body["kind"], self.queues, self.coordinator_url,
                  body["version"], self.heartbeat_interval)
         self.set_drain(bool(answer.get("drain")))
 
@@ -731,7 +785,7 @@ class CoordinatorClient:
             self.beat_now.set()
 
     def heartbeat_loop(self) -> None:
-        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/heartbeat"
+        path = f"/workers/{self.cfg.worker_id}/heartbeat"
         outage: str | None = None
         warned_duplicate = False
         # Runs until the goodbye, so heartbeats continue while a SIGTERM drains.
@@ -749,29 +803,29 @@ class CoordinatorClient:
             try:
                 if self.heartbeats_over.is_set():
                     return
-                duplicate = self.beat(url, body)
+                duplicate = self.beat(path, body)
                 if duplicate is None:
                     continue
             except (OSError, CheckFailed, ValueError) as error:  # OSError: requests' too
                 if outage is None:
                     outage = one_line(error)
                     log.warning("Heartbeat to %s failed (%s); still processing tasks, "
-                                "retrying every %gs", self.cfg.coordinator_url, outage,
-                                self.heartbeat_interval)
+                                "retrying every %gs", ", ".join(self.cfg.coordinator_urls),
+                                outage, self.heartbeat_interval)
                 continue
             if outage is not None:
-                log.info("Heartbeat to %s works again", self.cfg.coordinator_url)
+                log.info("Heartbeat to %s works again", self.coordinator_url)
                 outage = None
             if duplicate and not warned_duplicate:
                 log.warning("The Coordinator sees another live instance of %s: stop the "
                             "extra copy", self.cfg.worker_id)
             warned_duplicate = duplicate
 
-    def beat(self, url: str, body: dict[str, Any]) -> bool | None:
+    def beat(self, path: str, body: dict[str, Any]) -> bool | None:
         """One heartbeat, following the drain it answers; whether the Coordinator sees
         another live instance, None when it did not know the worker, which registered
         again."""
-        response = self.http.post(url, json=body, timeout=self.cfg.coordinator_timeout)
+        response = self.post_coordinator(path, body)
         if response.status_code == 404:
             log.info("Coordinator does not know %s; registering again", self.cfg.worker_id)
             self.register()
@@ -791,19 +845,18 @@ class CoordinatorClient:
         self.beat_now.set()
         if self.heartbeat_thread.is_alive():
             self.heartbeat_thread.join(self.cfg.coordinator_timeout + 1)
-        url = f"{self.cfg.coordinator_url}/workers/{self.cfg.worker_id}/deregister"
         try:
-            response = self.http.post(url, json={"instance_id": self.instance_id},
-                                      timeout=self.cfg.coordinator_timeout)
-        except OSError as error:  # requests' errors are OSErrors too
+            response = self.post_coordinator(f"/workers/{self.cfg.worker_id}/deregister",
+                                             {"instance_id": self.instance_id})
+        except OSError as error:  # CoordinatorUnreachable, requests' own errors
             log.warning("Could not deregister from %s (%s); it marks %s dead after the "
-                        "heartbeat TTL", self.cfg.coordinator_url, one_line(error),
+                        "heartbeat TTL", ", ".join(self.cfg.coordinator_urls), one_line(error),
                         self.cfg.worker_id)
             return
         if response.status_code == 200:
-            log.info("Deregistered %s from %s", self.cfg.worker_id, self.cfg.coordinator_url)
+            log.info("Deregistered %s from %s", self.cfg.worker_id, self.coordinator_url)
         else:
-            log.warning("Deregistering from %s answered HTTP %s %s", self.cfg.coordinator_url,
+            log.warning("Deregistering from %s answered HTTP %s %s", self.coordinator_url,
                         response.status_code, error_text(response))
 
 
