@@ -13,7 +13,12 @@ options:
   coordinator_url:
     description:
       - Base URL of the Coordinator API, without a path such as C(/route).
-    type: str
+      - Or the cluster's Coordinators (instances over one database), a list or
+        comma-separated, asked in that order. A request goes to the first that answers (an
+        error status is an answer); one refused, timed out or failing TLS is passed over.
+        When none answers, the error names each URL and why.
+    type: list
+    elements: str
     required: true
   coordinator_token:
     description:

@@ -119,7 +119,12 @@ from typing import Any
 from urllib.parse import quote
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.coordinator_api import READ_INTERVAL, api_argument_spec, call
+from ansible.module_utils.coordinator_api import (
+    READ_INTERVAL,
+    api_argument_spec,
+    call,
+    coordinator_urls,
+)
 from ansible.module_utils.coordinator_drain import (
     WANTED,
     DrainError,
@@ -162,7 +167,7 @@ def run(params: dict[str, Any], check_mode: bool) -> tuple[str | None, dict[str,
     worker = read(params)
     if worker is None:
         if not params["allow_absent"]:
-            return describe_absent(worker_id, params["coordinator_url"], wanted), {
+            return describe_absent(worker_id, ", ".join(coordinator_urls(params)), wanted), {
                 "state": "absent", "waited": 0.0, "changed": False, "timed_out": False}
         return None, {"state": "absent", "waited": 0.0, "changed": False, "timed_out": False,
                       "msg": describe_result(None, worker_id, False, wanted, check_mode)}

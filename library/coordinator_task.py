@@ -351,10 +351,16 @@ import contextlib
 import sys
 import time
 from typing import Any
-from urllib.error import HTTPError, URLError
+from urllib.error import HTTPError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.coordinator_api import api_argument_spec
+from ansible.module_utils.coordinator_api import (
+    Unanswered,
+    api_argument_spec,
+    coordinator_urls,
+    open_first,
+    urls_problem,
+)
 from ansible.module_utils.coordinator_contract import TASK_TYPES
 from ansible.module_utils.coordinator_pg import NO_DRIVER_MESSAGE, Driver, load_driver
 from ansible.module_utils.coordinator_probe import (
@@ -372,8 +378,7 @@ from ansible.module_utils.coordinator_probe import (
     describe_success,
     describe_target,
     describe_timeout,
-    describe_unreachable,
-    describe_url_problem,
+    describe_unanswered,
     first_line,
     identity_warning,
     is_final,
@@ -385,7 +390,6 @@ from ansible.module_utils.coordinator_probe import (
     task_query,
 )
 from ansible.module_utils.coordinator_sql import SQL
-from ansible.module_utils.urls import open_url
 
 APPLICATION_NAME = "coordinator_task probe"
 # Seconds between two route attempts while the Coordinator restarts (connection refused, 503).
@@ -472,9 +476,9 @@ class Probe:
 
     def route(self) -> str:
         params = self.module.params
-        url = params["coordinator_url"].rstrip("/")
+        urls = coordinator_urls(params)
         request = build_route_request(
-            coordinator_url=url,
+            coordinator_url=urls[0],
             coordinator_token=params["coordinator_token"],
             prompt=params["prompt"],
             task_type=params["task_type"],
@@ -484,9 +488,11 @@ class Probe:
         )
         deadline = time.monotonic() + params["timeout"]
         while True:
+            url = urls[0]
             try:
-                answer = open_url(
-                    request.url,
+                url, answer = open_first(
+                    urls,
+                    request.url.removeprefix(urls[0]),
                     data=request.body,
                     headers=request.headers,
                     method="POST",
@@ -497,13 +503,14 @@ class Probe:
                 return parse_route_answer(url, answer.read())
             except HTTPError as exc:
                 failure = ProbeError(describe_http_error(
-                    url, exc.code, exc.read(), bool(params["coordinator_token"])))
+                    exc.coordinator_url, exc.code, exc.read(), bool(params["coordinator_token"])))
                 retry = is_restarting(exc.code)
-            except (URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                failure = ProbeError(describe_unreachable(url, str(reason),
-                                                          params["ca_path"] or None))
-                retry = is_restarting(None, reason)
+            except Unanswered as exc:
+                failure = ProbeError(describe_unanswered(exc.failures, params["ca_path"] or None))
+                retry = exc.restarting()
+            except OSError as exc:  # the answer cut short while it was read
+                failure = ProbeError(describe_unanswered([(url, exc)], params["ca_path"] or None))
+                retry = False
             if not retry or time.monotonic() + ROUTE_RETRY_DELAY > deadline:
                 raise failure
             time.sleep(ROUTE_RETRY_DELAY)
@@ -570,7 +577,7 @@ def run(module: AnsibleModule, driver: Driver) -> dict[str, Any]:
         if module.check_mode:
             params = module.params
             return {"changed": False, "msg": describe_plan(
-                params["coordinator_url"].rstrip("/"), params["task_type"],
+                ", ".join(coordinator_urls(params)), params["task_type"],
                 params["target_worker"], params["timeout"], expectation(params), probe.target)}
         started = time.monotonic()
         row = probe.wait(probe.route(), started)
@@ -593,9 +600,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    bad_option = check_options(
-        params["coordinator_url"], params["timeout"], params["poll_interval"]
-    ) or describe_url_problem(params["coordinator_url"], params["ca_path"] or None)
+    bad_option = urls_problem(params) or next(
+        (problem for problem in (check_options(url, params["timeout"], params["poll_interval"])
+                                 for url in coordinator_urls(params)) if problem), None)
     if bad_option:
         module.fail_json(msg=bad_option)
     driver = load_driver()

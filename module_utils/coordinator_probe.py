@@ -286,6 +286,18 @@ def describe_unreachable(coordinator_url: str, reason: str, ca_path: str | None 
     )
 
 
+def describe_unanswered(failures: list[tuple[str, object]], ca_path: str | None = None) -> str:
+    """No Coordinator of coordinator_url answered: each URL with its reason ((url, reason)
+    pairs, in the order tried), and the fix the first TLS reason calls for."""
+    if len(failures) == 1:
+        return describe_unreachable(failures[0][0], str(failures[0][1]), ca_path)
+    fixes = [coordinator_tls_problem(url, str(reason), ca_path, "ca_path")
+             for url, reason in failures]
+    each = "; ".join(f"{url} ({first_line(str(reason), NO_MESSAGE)})" for url, reason in failures)
+    fix = next((found for found in fixes if found), "check coordinator_url")
+    return f"Coordinator unreachable at every URL of coordinator_url: {each}: {fix}"
+
+
 def describe_url_problem(coordinator_url: str, ca_path: str | None) -> str | None:
     """An http:// coordinator_url with a ca_path, which only an HTTPS Coordinator needs."""
     return coordinator_url_problem(coordinator_url, ca_path, "coordinator_url", "ca_path")

@@ -97,6 +97,21 @@ def test_done_on_expected_host(coordinator, tasks_db, sql_worker, tmp_path):
     assert tasks_db.password not in run.stdout + run.stderr
 
 
+def test_routed_through_the_first_coordinator_that_answers(coordinator, tasks_db, sql_worker,
+                                                            tmp_path):
+    """coordinator_url lists the cluster's Coordinators: one where nothing listens is passed
+    over, the task routed through the next and proved done."""
+    down = f"http://127.0.0.1:{free_port()}"
+    prompt = unique_prompt("failover")
+    task_id, run = route_and_work(
+        tmp_path, sql_worker,
+        probe_args(coordinator, tasks_db, prompt, coordinator_url=[down, coordinator.url]),
+        answer(sql_worker, "macbookair", result="Sunny"),
+    )
+    assert run.rc == 0, run.stdout + run.stderr
+    assert (run.result["task_id"], run.result["status"]) == (task_id, "done")
+
+
 def test_done_on_the_old_host(coordinator, tasks_db, sql_worker, tmp_path):
     prompt = unique_prompt("wrong host")
     task_id, run = route_and_work(

@@ -109,6 +109,28 @@ def test_wrong_token_and_no_coordinator_are_one_line(tmp_path, coordinator):
     assert run.result["msg"].endswith("): check coordinator_url")
 
 
+def test_the_registry_is_read_from_the_first_coordinator_that_answers(tmp_path, coordinator,
+                                                                     registrations):
+    """coordinator_url as a list or comma-separated: one where nothing listens is passed
+    over; when none answers, each is named with its reason."""
+    registrations.append(Registration(coordinator, SLOW, 812).register())
+    down, gone = (f"http://127.0.0.1:{free_port()}" for _ in range(2))
+    for urls in ([down, coordinator.url], f"{down},{coordinator.url}/"):
+        run = witness(tmp_path, coordinator, coordinator_url=urls,
+                      expected=[{"host": SLOW, "pid": 812}], require="accounted")
+        assert run.rc == 0, run.stdout
+        assert [w["pid"] for w in run.result["workers"]] == [812]
+    run = witness(tmp_path, coordinator, coordinator_url=[down, gone])
+    assert run.rc != 0
+    assert run.result["msg"].startswith(
+        f"Coordinator unreachable at every URL of coordinator_url: {down} (")
+    assert f"; {gone} (" in run.result["msg"]
+    assert run.result["msg"].endswith("): check coordinator_url")
+    run = witness(tmp_path, coordinator, coordinator_url=[" "])
+    assert run.result["msg"] == ("coordinator_url names no Coordinator: give its URL, or the "
+                                 "cluster's")
+
+
 def test_while_waiting_a_coordinator_that_restarts_is_asked_again(tmp_path, tasks_db,
                                                                    probe_redis):
     # Nothing listens on the port for the first seconds (the Coordinator restarting): a
