@@ -361,6 +361,8 @@ class HealthAnswer(BaseModel):
     postgresql: Literal["ok", "failed"]
     redis: Literal["ok", "failed"]
     version: str
+    instance: str = Field(description="the host name of the instance that answered (several "
+                                      "may serve one cluster)")
     error: str | None = Field(None, description="what did not answer (503 only)")
 
 

@@ -13,7 +13,7 @@ from coordinator_contract import TASK_TYPES
 from coordinator_sql import SQL
 from psycopg.rows import dict_row
 
-from . import __version__
+from . import INSTANCE, __version__
 from . import queries as q
 from . import statemachine as sm
 from .api_models import Task
@@ -98,7 +98,8 @@ class Overview:
                              for r in await cur.fetchall()]
             now = await (await conn.execute("SELECT clock_timestamp()")).fetchone()
         return {
-            "generated_at": q.iso(now[0]), "version": __version__, "counts": counts,
+            "generated_at": q.iso(now[0]), "version": __version__, "instance": INSTANCE,
+            "counts": counts,
             "workers": await self.workers.list(),
             "queues": [{"queue": queue["queue"], "depth": queue["depth"],
                         "in_flight": queue["in_flight"],

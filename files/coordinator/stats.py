@@ -15,7 +15,7 @@ from coordinator_contract import SHARED_QUEUES
 from coordinator_sql import SQL
 from cryptography import x509
 
-from . import __version__
+from . import INSTANCE, __version__
 from . import queries as q
 from . import statemachine as sm
 from .config import Config
@@ -99,6 +99,7 @@ class Stats:
             "postgresql": "ok" if pg_error is None else "failed",
             "redis": "ok" if redis_error is None else "failed",
             "version": __version__,
+            "instance": INSTANCE,
         }
         errors = [e for e in (pg_error, redis_error) if e]
         if errors:

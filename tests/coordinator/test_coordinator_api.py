@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -543,6 +544,7 @@ def test_health_and_metrics(client: httpx.Client, server: ServerThread, make_wor
     health = client.get("/health")
     assert health.status_code == 200
     assert health.json()["postgresql"] == "ok" and health.json()["redis"] == "ok"
+    assert health.json()["instance"] == socket.gethostname()  # which instance answered
     make_worker(server, "web1", kind="web").start()
     task_id = route(client, prompt="p", task_type="web_search")["task_id"]
     route(client, prompt="p", task_type="rag")

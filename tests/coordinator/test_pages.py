@@ -191,6 +191,7 @@ def count(task_type: str, status: str, last_hour: int, all_time: int,
 
 def view(**extra: object) -> dict:
     return {"generated_at": "2026-12-01T19:21:00+00:00", "version": "0.9.1",
+            "instance": "ai-core-b",
             "counts": [
                 count("chat", "done", 7, 1234),
                 count("chat", "failed", 2, 56),
@@ -306,6 +307,7 @@ def test_overview_structure() -> None:
         root.by_id(element_id)
     assert root.one("h1").text() == "Coordinator"
     assert root.by_id("version").text() == "0.9.1"
+    assert root.by_id("instance").text() == "ai-core-b"  # the instance that answered
     generated = root.by_id("generated-at").one("time")
     assert generated.attrs["datetime"] == "2026-12-01T19:21:00+00:00"
     assert generated.text() == "2026-12-01 19:21:00"
