@@ -114,6 +114,6 @@ def test_a_scheduled_dump_keeps_the_newest_and_restores_every_task_into_a_fresh_
     wait_for_port(api.port, 60, "the Coordinator", host=api.hostname)
     task = cluster.coordinator.finished(cluster.coordinator.route(), time.monotonic() + 120)
     assert task["status"] == "done", task
-    again = cluster.playbooks.run("site.yml", cluster.source)
+    again = cluster.playbooks.run("site.yml", cluster.inventory(cluster.web_host()))
     assert again.returncode == 0, again.output[-5000:]
     assert set(again.changed().values()) == {0}, again.recap
