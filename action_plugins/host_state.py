@@ -32,7 +32,7 @@ _utils = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_utils)
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = _utils.ARGUMENT_SPEC
 # What a read returns, whichever way it ran.
-RETURNED = ("users", "groups", "files", "units", "agents", "launchd_domain", "urls")
+RETURNED = ("users", "groups", "files", "units", "agents", "launchd_domain", "urls", "texts")
 
 display = Display()
 

@@ -495,6 +495,23 @@ def rendered_in_place(found: Mapping[str, Any] | None, text: str,
                     for key in ("owner", "group", "mode")))
 
 
+def block_in_place(text: str | None, marker: str, block: str) -> bool:
+    """Whether ansible.builtin.blockinfile (``marker`` with {mark} as BEGIN and END, the
+    block put at the end of the file when its markers are not there) would leave ``text``
+    (host_state's read of the file) as it is: the last BEGIN and the last END marker lines,
+    in that order, around exactly ``block``'s lines, as the module compares them."""
+    if text is None or not block:
+        return False
+    begin, end = (marker.replace("{mark}", word) + "\n" for word in ("BEGIN", "END"))
+    wanted = [begin, *(block if block.endswith("\n") else block + "\n").splitlines(True), end]
+    lines = text.splitlines(True)
+    starts = [i for i, line in enumerate(lines) if line == begin]
+    ends = [i for i, line in enumerate(lines) if line == end]
+    if not starts or not ends or starts[-1] > ends[-1]:
+        return False
+    return lines[starts[-1]:ends[-1] + 1] == wanted
+
+
 def models_to_pull(models: Iterable[str], tags_answer: Mapping[str, Any] | None,
                    pins: Mapping[str, str] | None = None) -> list[str]:
     """Of ``models``, those to hand to ollama_model, from host_state's read of Ollama's
@@ -546,6 +563,7 @@ class FilterModule:
             "directories_not_in_place": directories_not_in_place,
             "paths_found": paths_found,
             "models_to_pull": models_to_pull,
+            "block_in_place": block_in_place,
             "rendered_in_place": rendered_in_place,
             "unset_secrets": unset_secrets,
             "worker_db_login": worker_db_login,

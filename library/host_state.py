@@ -65,6 +65,14 @@ options:
     type: list
     elements: str
     default: []
+  texts:
+    description:
+      - Absolute paths of small text files to return whole (UTF-8, at most 64 KiB), for a
+        decision made on the controller, such as whether a managed block is in place.
+      - Never a file that holds a secret, since its text is in the result.
+    type: list
+    elements: str
+    default: []
 author:
   - Coordinator cluster contributors (@coordinator-cluster)
 attributes:
@@ -192,6 +200,14 @@ urls:
     http://127.0.0.1:11434/api/tags:
       status: 200
       json: {models: [{name: "llama3.2:3b", digest: a80c4f17acd5...}]}
+texts:
+  description:
+    - Each path's text (a link followed), or null when it is missing, not a regular file,
+      larger than 64 KiB or not UTF-8.
+  returned: always
+  type: dict
+  sample:
+    /etc/postgresql/15/main/pg_hba.conf: "local all postgres peer\n"
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 CHUNK = 1 << 20
+# The largest file ``texts`` returns: configuration files, not data.
+TEXT_LIMIT = 1 << 16
 # host_state's options (documented in library/host_state.py), for the module and its action
 # plugin alike.
 ARGUMENT_SPEC = {
@@ -36,6 +38,7 @@ ARGUMENT_SPEC = {
     "agents": {"type": "list", "elements": "str", "default": []},
     "launchd_domain": {"type": "str"},
     "urls": {"type": "list", "elements": "str", "default": []},
+    "texts": {"type": "list", "elements": "str", "default": []},
 }
 # What systemd says of a unit, as ansible.builtin.systemd_service's status names it.
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID")
@@ -113,6 +116,24 @@ def file_entry(path: str) -> dict[str, Any] | None:
             return None
         entry["checksum"] = digest.hexdigest()
     return entry
+
+
+def text_entry(path: str) -> str | None:
+    """A regular file's whole text (UTF-8, at most TEXT_LIMIT bytes), for a decision made on
+    the controller; None when it is missing, not a regular file, larger or not UTF-8."""
+    try:
+        with open(os.path.expanduser(path), "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                return None
+            data = stream.read(TEXT_LIMIT + 1)
+    except OSError:
+        return None
+    if len(data) > TEXT_LIMIT:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def parse_units(names: list[str], shown: str) -> dict[str, dict[str, Any] | None]:
@@ -249,10 +270,10 @@ def url_entry(url: str) -> dict[str, Any] | None:
 
 
 def read_state(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Each of ``params``' users, groups, files, units, agents and urls (lists of names,
-    absolute paths, labels and URLs) as the host has it: ``{"users": {name: entry or None},
-    "groups": ..., "files": ..., "units": ..., "agents": ..., "launchd_domain": ...,
-    "urls": ...}``, with ``failed`` and
+    """Each of ``params``' users, groups, files, units, agents, urls and texts (lists of
+    names, absolute paths, labels and URLs) as the host has it: ``{"users": {name: entry or
+    None}, "groups": ..., "files": ..., "units": ..., "agents": ..., "launchd_domain": ...,
+    "urls": ..., "texts": ...}``, with ``failed`` and
     ``msg`` where launchd cannot answer for the domain (nobody is logged in at the
     console)."""
     labels = list(params.get("agents") or ())
@@ -266,6 +287,7 @@ def read_state(params: Mapping[str, Any]) -> dict[str, Any]:
         "agents": agents,
         "launchd_domain": domain if labels or params.get("launchd_domain") else None,
         "urls": {url: url_entry(url) for url in params.get("urls") or ()},
+        "texts": {path: text_entry(path) for path in params.get("texts") or ()},
     }
     if problem is not None:
         state.update(failed=True, msg=problem)

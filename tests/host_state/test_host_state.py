@@ -65,7 +65,7 @@ def test_the_program_prints_what_the_function_returns() -> None:
                          check=True)
     assert action.last_json(ran.stdout) == {"users": {}, "groups": {"no-such-group-here": None},
                                             "files": {}, "units": {}, "agents": {},
-                                            "launchd_domain": None, "urls": {}}
+                                            "launchd_domain": None, "urls": {}, "texts": {}}
     assert action.last_json("") is None
     assert action.last_json("Traceback ...\nNameError: x") is None
 
@@ -120,13 +120,15 @@ def test_a_read_gives_the_same_with_or_without_a_module_run(tmp_path: Path, inte
     (tmp_path / "stamp").write_text("x\n")
     with local_api() as url:
         args = {"users": [me, "no-such-user-here"], "groups": ["no-such-group-here"],
-                "files": [str(tmp_path / "stamp")], "urls": [f"{url}/api/tags"]}
+                "files": [str(tmp_path / "stamp")], "urls": [f"{url}/api/tags"],
+                "texts": [str(tmp_path / "stamp")]}
         result, runs = read_on_localhost(tmp_path, args, interpreter)
         expected = state.read_state(args)
     assert runs == module_runs
     assert result["changed"] is False
     assert {key: result[key] for key in expected} == expected
     assert result["urls"] == {f"{url}/api/tags": {"status": 200, "json": TAGS}}
+    assert result["texts"] == {str(tmp_path / "stamp"): "x\n"}
 
 
 TAGS = {"models": [{"name": "llama3.2:3b", "digest": "a" * 64}]}
@@ -163,6 +165,20 @@ def test_a_url_reads_as_its_status_and_json_or_null_when_nothing_answers() -> No
                             f"{url}/gone": {"status": 404, "json": {"error": "not found"}}}
     assert state.read_state({"urls": [closed, "not a url"]})["urls"] == {
         closed: None, "not a url": None}
+
+
+def test_a_text_is_a_small_utf8_files_whole_content_or_null(tmp_path: Path) -> None:
+    (tmp_path / "pg_hba.conf").write_text("local all postgres peer\n# é\n")
+    (tmp_path / "big").write_bytes(b"x" * (state.TEXT_LIMIT + 1))
+    (tmp_path / "binary").write_bytes(b"\xff\xfe")
+    (tmp_path / "link").symlink_to(tmp_path / "pg_hba.conf")
+    paths = [str(tmp_path / name) for name in ("pg_hba.conf", "big", "binary", "link",
+                                                 "missing")]
+    paths.append(str(tmp_path))  # a directory
+    texts = state.read_state({"texts": paths})["texts"]
+    assert texts == {paths[0]: "local all postgres peer\n# é\n", paths[1]: None,
+                     paths[2]: None, paths[3]: "local all postgres peer\n# é\n",
+                     paths[4]: None, paths[5]: None}
 
 
 def test_documentation_matches_the_argument_spec() -> None:
