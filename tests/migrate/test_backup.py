@@ -5,7 +5,7 @@ Coordinator's metric shows it), keeps the newest postgresql_access_backup_keep a
 older ones and any dump left half written; that
 dump, restored into a fresh PostgreSQL, holds every task the live database had, as it had
 it; restored in place as docs/operating.md says (the Coordinator stopped, one transaction),
-the cluster serves again and site.yml finds nothing to change."""
+the cluster serves again and site.yml finds nothing to change in the database."""
 
 from __future__ import annotations
 
@@ -114,6 +114,9 @@ def test_a_scheduled_dump_keeps_the_newest_and_restores_every_task_into_a_fresh_
     wait_for_port(api.port, 60, "the Coordinator", host=api.hostname)
     task = cluster.coordinator.finished(cluster.coordinator.route(), time.monotonic() + 120)
     assert task["status"] == "done", task
+    # The database as site.yml makes it: its roles, grants and schema owners came back
+    # whole. (The rest of the cluster is as the earlier tests left it: another model, say.)
     again = cluster.playbooks.run("site.yml", cluster.inventory(cluster.web_host()))
     assert again.returncode == 0, again.output[-5000:]
-    assert set(again.changed().values()) == {0}, again.recap
+    assert {task for tasks in again.changed_tasks().values() for task in tasks
+            if task.startswith("postgresql_access :")} == set(), again.changed_tasks()
