@@ -491,16 +491,26 @@ def rendered_in_place(found: Mapping[str, Any] | None, text: str,
     if not found or found.get("type") != "file":
         return False
     return (found.get("checksum") == hashlib.sha1(text.encode()).hexdigest()
-            and all(attributes.get(key) in (None, found.get(key))
-                    for key in ("owner", "group", "mode")))
+            and _attributes_in_place(found, attributes))
 
 
-def block_in_place(text: str | None, marker: str, block: str) -> bool:
+def _attributes_in_place(found: Mapping[str, Any], attributes: Mapping[str, Any]) -> bool:
+    """Whether host_state's read of a file has the ``owner``, ``group`` and ``mode`` of
+    ``attributes`` (those not given: any)."""
+    return all(attributes.get(key) in (None, found.get(key)) for key in ("owner", "group", "mode"))
+
+
+def block_in_place(text: str | None, marker: str, block: str,
+                   found: Mapping[str, Any] | None = None,
+                   attributes: Mapping[str, Any] | None = None) -> bool:
     """Whether ansible.builtin.blockinfile (``marker`` with {mark} as BEGIN and END, the
     block put at the end of the file when its markers are not there) would leave ``text``
-    (host_state's read of the file) as it is: the last BEGIN and the last END marker lines,
-    in that order, around exactly ``block``'s lines, as the module compares them."""
+    (host_state's read of the file's text) as it is: the last BEGIN and the last END marker
+    lines, in that order, around exactly ``block``'s lines, as the module compares them;
+    and, given ``attributes``, the file (``found``, host_state's read of it) has them."""
     if text is None or not block:
+        return False
+    if attributes and not (found and _attributes_in_place(found, attributes)):
         return False
     begin, end = (marker.replace("{mark}", word) + "\n" for word in ("BEGIN", "END"))
     wanted = [begin, *(block if block.endswith("\n") else block + "\n").splitlines(True), end]

@@ -136,12 +136,16 @@ class ThrowawayPostgres(_Throwaway):
         return f"host={self.sockdir} port={self.port} dbname={DB_NAME} user=postgres"
 
     # -- lifecycle -------------------------------------------------------------------------
+    def _as_owner(self) -> dict[str, int]:
+        """subprocess.run's user and group for the server's own account (postgres, when
+        the tests run as root)."""
+        if self._run_as is None:
+            return {}
+        return {"user": self._run_as.pw_uid, "group": self._run_as.pw_gid}
+
     def _cmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        kwargs = {}
-        if self._run_as is not None:
-            kwargs = {"user": self._run_as.pw_uid, "group": self._run_as.pw_gid}
         return subprocess.run(
-            list(args), check=check, capture_output=True, text=True, cwd="/", **kwargs
+            list(args), check=check, capture_output=True, text=True, cwd="/", **self._as_owner()
         )
 
     def start(self) -> ThrowawayPostgres:
@@ -226,13 +230,10 @@ class ThrowawayPostgres(_Throwaway):
         ``db``, as the superuser, without the dump's owners and grants (roles of another
         cluster); its output, with the error count pg_restore ends with, is returned."""
         self.psql(f'CREATE DATABASE "{db}"', db="postgres")
-        kwargs = {}
-        if self._run_as is not None:
-            kwargs = {"user": self._run_as.pw_uid, "group": self._run_as.pw_gid}
         done = subprocess.run(
             [str(self.bindir / "pg_restore"), "--no-owner", "--no-privileges", "--exit-on-error",
              "-h", str(self.sockdir), "-p", str(self.port), "-U", "postgres", "-d", db],
-            input=dump, capture_output=True, check=False, cwd="/", **kwargs)
+            input=dump, capture_output=True, check=False, cwd="/", **self._as_owner())
         return subprocess.CompletedProcess(done.args, done.returncode,
                                            done.stdout.decode(), done.stderr.decode())
 

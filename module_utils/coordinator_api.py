@@ -123,9 +123,10 @@ def _call_once(params: dict[str, Any], method: str, path: str, error: type[Excep
         headers["Authorization"] = f"Bearer {params['coordinator_token']}"
     if method == "POST":
         headers["Idempotency-Key"] = str(uuid.uuid4())
-    url = coordinator_urls(params)[0]
+    urls = coordinator_urls(params)
+    url = urls[0]
     try:
-        url, answer = open_first(coordinator_urls(params), path, headers=headers, method=method,
+        url, answer = open_first(urls, path, headers=headers, method=method,
                                  timeout=timeout or params["timeout"],
                                  validate_certs=params["validate_certs"], ca_path=ca_path)
         return json.loads(answer.read())

@@ -13,8 +13,9 @@ from tests.filter_kit import cluster
 
 from .conftest import REPO, VENV_BIN, run
 
-MARKER = yaml.safe_load((REPO / "roles/postgresql_access/vars/main.yml").read_text())[
-    "postgresql_access__hba_marker"]
+ROLE_VARS = yaml.safe_load((REPO / "roles/postgresql_access/vars/main.yml").read_text())
+MARKER, ATTRIBUTES = (ROLE_VARS[f"postgresql_access__hba_{name}"] for name in ("marker",
+                                                                             "attributes"))
 BLOCK = "hostssl coordinator worker_a 10.0.0.2/32 scram-sha-256\nhost all all ::1/128 trust"
 BEGIN, END = (MARKER.replace("{mark}", word) for word in ("BEGIN", "END"))
 WHOLE = f"{BEGIN}\n{BLOCK}\n{END}\n"
@@ -54,3 +55,8 @@ def test_in_place_exactly_when_blockinfile_would_change_nothing(tmp_path: Path) 
     assert said == {name: not change for name, change in zip(CASES, changed, strict=True)}
     assert said["at the end"] and said["in the middle"] and not said["another host's line"]
     assert cluster.block_in_place(None, MARKER, BLOCK) is False  # not read
+    # With the file's attributes: in place only with the role's owner, group and mode.
+    found = {"type": "file", **ATTRIBUTES}
+    assert cluster.block_in_place(WHOLE, MARKER, BLOCK, found, ATTRIBUTES)
+    assert not cluster.block_in_place(WHOLE, MARKER, BLOCK, {**found, "mode": "0644"}, ATTRIBUTES)
+    assert not cluster.block_in_place(WHOLE, MARKER, BLOCK, None, ATTRIBUTES)
