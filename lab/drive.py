@@ -181,6 +181,14 @@ class Playbooks:
     def outputs(self) -> list[str]:
         return [run.output for run in self.runs]
 
+    def log(self, playbook: str, inventory: Path, output: str, suffix: str = "") -> Path:
+        """``output`` kept in the next run's log file; its path."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / (f"{len(self.runs) + 1:02d}-{Path(playbook).stem}-"
+                              f"{inventory.name}{suffix}.log")
+        log.write_text(output)
+        return log
+
     def run(self, playbook: str, inventory: Path, *args: str,
             on: list[tuple[str, Callable[[subprocess.Popen], None]]] | None = None,
             extra_env: dict[str, str] | None = None, timeout: float = 1800) -> Run:
@@ -207,12 +215,17 @@ class Playbooks:
                     for hook in [h for h in pending if re.search(h[0], line)]:
                         pending.remove(hook)
                         hook[1](proc)
+            except BaseException:
+                # Nobody reads its output from here on (a hook failed, the test's time limit
+                # ran out): left running, it would block on the full pipe, and the Popen's
+                # exit wait on it, for ever. What it printed so far is kept.
+                kill_group(proc)
+                self.log(playbook, inventory, "".join(lines), "-unfinished")
+                raise
             finally:
                 timer.cancel()
         output = "".join(lines)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_dir / f"{len(self.runs) + 1:02d}-{Path(playbook).stem}-{inventory.name}.log"
-        log.write_text(output)
+        log = self.log(playbook, inventory, output)
         run = Run(Path(playbook).name, proc.returncode, output, time.monotonic() - started, log,
                   inventory.name, args)
         self.runs.append(run)

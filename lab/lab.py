@@ -1,6 +1,7 @@
 """Create and destroy the container lab: a podman network and one systemd container per host.
 
-    python -m lab.lab create [--outsider]   build the image (cached), network, containers
+    python -m lab.lab build                 build the node images and the real-inference kit
+    python -m lab.lab create [--outsider]   build them (cached), the network, the containers
     python -m lab.lab destroy               remove the containers and the network
     python -m lab.lab status                show the lab's containers
     python -m lab.lab --inventory DIR ...   another lab inventory (default inventory/lab)
@@ -358,6 +359,22 @@ def ssh_login(address: str, user: str = ADMIN_USER) -> subprocess.CompletedProce
         capture_output=True, text=True, check=False, timeout=180)
 
 
+def build(of: list[Kind], with_kit: bool) -> None:
+    """The images of the kinds ``of`` and, ``with_kit``, the real-inference kit, each made
+    only when missing or made from other inputs (minutes once per machine, then about a
+    second), side by side."""
+    with concurrent.futures.ThreadPoolExecutor(1) as builder:
+        if with_kit:
+            from lab import inference  # imports this module: loaded on first use
+
+            kit = builder.submit(inference.ensure)
+        with exclusive(SETUP_LOCK):
+            for script in dict.fromkeys(kind.build for kind in of):
+                subprocess.run([str(script)], check=True)
+        if with_kit:
+            kit.result()
+
+
 def up(network: str, subnet: str, image: str, nodes: dict[str, str],
        node_kinds: dict[str, str] | None = None,
        hostnames: dict[str, str] | None = None, inference_mount: str | None = None,
@@ -370,20 +387,14 @@ def up(network: str, subnet: str, image: str, nodes: dict[str, str],
     started = time.monotonic()
     known = kinds()
     of = {name: known[(node_kinds or {}).get(name, "linux")] for name in nodes}
+    build(list(dict.fromkeys(of.values())), with_kit=bool(inference_mount))
     volumes: tuple[str, ...] = ()
-    with concurrent.futures.ThreadPoolExecutor(1) as builder:
-        if inference_mount:
-            from lab import inference  # imports this module: loaded on first use
+    if inference_mount:
+        from lab import inference  # imports this module: loaded on first use
 
-            # Its build (minutes, once per machine) and the images' go on side by side.
-            kit = builder.submit(inference.ensure)
-            volumes = (f"{inference.KIT}:{inference_mount}:ro",)
-        with exclusive(SETUP_LOCK):
-            for build in dict.fromkeys(kind.build for kind in of.values()):
-                subprocess.run([str(build)], check=True)
-            public_key, password = ensure_ssh_identity()
-        if inference_mount:
-            kit.result()
+        volumes = (f"{inference.KIT}:{inference_mount}:ro",)
+    with exclusive(SETUP_LOCK):
+        public_key, password = ensure_ssh_identity()
     if not exists("network", network):
         podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():
@@ -479,10 +490,11 @@ def status(lab: Lab) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.lab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    create_parser = sub.add_parser("create", help="build the image, network and containers")
+    create_parser = sub.add_parser("create", help="build the images, network and containers")
     create_parser.add_argument(
         "--outsider", action="store_true", help="also start the outsider (in no group)"
     )
+    sub.add_parser("build", help="build the node images and the real-inference kit (cached)")
     sub.add_parser("destroy", help="remove the containers and the network")
     sub.add_parser("status", help="list the lab's containers")
     up_parser = sub.add_parser("up", help="start the given nodes (no inventory read)")
@@ -510,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "down":
         down(args.network, args.names)
+        return 0
+    if args.command == "build":
+        build(list(kinds().values()), with_kit=True)
         return 0
     lab = load_lab(args.inventory)
     if args.command == "create":

@@ -89,6 +89,32 @@ def test_a_fault_hook_whose_line_never_appears_fails_the_run(tmp_path):
     assert len(fired) == 1
 
 
+
+def test_a_run_whose_reader_stops_is_killed_and_its_output_kept(tmp_path):
+    # A hook that fails (or pytest's time limit, raised in the reader) ends the reading; the
+    # playbook, which would wait 600 s and then print more than a pipe holds, must not be
+    # left for Popen's exit to wait on (2026-12-06: two labs' bring-ups hung so past their
+    # time limit until the 30-minute timer).
+    playbook = tmp_path / "long.yml"
+    playbook.write_text("- name: Long play\n  hosts: localhost\n  gather_facts: false\n"
+                        "  tasks:\n    - name: Wait long\n      ansible.builtin.pause:\n"
+                        "        seconds: 600\n    - name: Print much\n"
+                        "      ansible.builtin.debug:\n        msg: \"{{ 'x' * 200000 }}\"\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    seen: list[subprocess.Popen] = []
+
+    def give_up(proc: subprocess.Popen) -> None:
+        seen.append(proc)
+        raise RuntimeError("the test gave up")
+
+    playbooks = drive.Playbooks(tmp_path / "logs")
+    with pytest.raises(RuntimeError, match="the test gave up"):
+        playbooks.run(str(playbook), inventory, on=[(r"^Pausing for 600 seconds", give_up)])
+    assert seen[0].returncode == -9 and not playbooks.runs
+    kept = (tmp_path / "logs" / "01-long-hosts.yml-unfinished.log").read_text()
+    assert "PLAY [Long play]" in kept and "Print much" not in kept, kept
+
 def test_exclusive_makes_a_second_holder_wait(tmp_path, monkeypatch):
     monkeypatch.setattr(lab, "LOCK", tmp_path / "lab.lock")
     with lab.exclusive(), (tmp_path / "lab.lock").open("w") as other:
