@@ -42,6 +42,7 @@ docs/benchmarks.md come from:
 from __future__ import annotations
 
 import argparse
+import configparser
 import contextlib
 import ipaddress
 import os
@@ -67,6 +68,12 @@ NETWORK = "bench-lab"
 SUBNET = "10.89.26.0/24"
 PREFIX = "bench-"
 VENV_BIN = REPO / ".venv" / "bin"
+# The callbacks ansible.cfg enables (ANSIBLE_CALLBACKS_ENABLED, set for profile_tasks,
+# replaces them).
+_CONFIG = configparser.ConfigParser()
+_CONFIG.read(REPO / "ansible.cfg")
+CONFIG_CALLBACKS = [name.strip() for name in
+                    _CONFIG.get("defaults", "callbacks_enabled", fallback="").split(",") if name]
 FEATURES = ("nopipelining", "factcache", "mitogen", "verbose")
 CONNECTION_PROGRAMS = ("ssh", "sftp", "scp")
 
@@ -232,7 +239,8 @@ class Bench:
             ANSIBLE_SSH_EXECUTABLE=str(self.wrappers["ssh"]),
             ANSIBLE_SFTP_EXECUTABLE=str(self.wrappers["sftp"]),
             ANSIBLE_SCP_EXECUTABLE=str(self.wrappers["scp"]),
-            ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
+            # ansible.cfg's own callbacks too: the variable replaces the setting.
+            ANSIBLE_CALLBACKS_ENABLED=",".join([*CONFIG_CALLBACKS, "ansible.posix.profile_tasks"]),
             PROFILE_TASKS_TASK_OUTPUT_LIMIT="all", PROFILE_TASKS_SORT_ORDER="none")
         if "mitogen" in features:
             env.update(ANSIBLE_STRATEGY_PLUGINS=str(mitogen_strategies()),

@@ -1,7 +1,7 @@
 """The modules as a collection tree, the layout ``ansible-test sanity`` needs.
 
 The repository keeps Ansible's playbook-adjacent layout (library/, module_utils/,
-action_plugins/, filter_plugins/, doc_fragments/), which a collection reviewer's tools do not
+action_plugins/, filter_plugins/, callback_plugins/, doc_fragments/), which a collection reviewer's tools do not
 read; this builds ``ansible_collections/<namespace>/<name>/`` from the same files, the one
 change being the names of our own module_utils and doc fragments, as a collection spells them
 (its package, its fully qualified fragment names).
@@ -22,6 +22,7 @@ LAYOUT = {
     "module_utils": "plugins/module_utils",
     "action_plugins": "plugins/action",
     "filter_plugins": "plugins/filter",
+    "callback_plugins": "plugins/callback",
     "doc_fragments": "plugins/doc_fragments",
 }
 
