@@ -42,15 +42,29 @@ WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# What a lab's bring-up (create, prepare, converge: 160 to 280 s on 2 cores, by the hour) may
+# take, added to the time limit of the first test that uses that lab.
+BRING_UP_LIMIT = 600
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules share one lab and each starts where the one before left it: this
-    package's tests run in ORDER, in the places the session gave them."""
+    package's tests run in ORDER, in the places the session gave them. The first test on each
+    lab has the bring-up's time besides its own."""
     here = Path(__file__).parent
     places = [i for i, item in enumerate(items) if Path(str(item.fspath)).parent == here]
     ours = sorted((items[i] for i in places), key=lambda item: ORDER.index(
         Path(str(item.fspath)).name))
     for place, item in zip(places, ours, strict=True):
         items[place] = item
+    firsts: dict[bool, pytest.Item] = {}
+    for item in ours:
+        firsts.setdefault(item.nodeid.startswith(SECOND_LAB_SUITES), item)
+    for item in firsts.values():
+        own = item.get_closest_marker("timeout")
+        limit = float(own.args[0] if own and own.args else config.getini("timeout"))
+        item.add_marker(pytest.mark.timeout(limit + BRING_UP_LIMIT), append=False)
 
 
 @dataclass
