@@ -1,10 +1,10 @@
 """The modules as a collection tree, the layout ``ansible-test sanity`` needs.
 
 The repository keeps Ansible's playbook-adjacent layout (library/, module_utils/,
-action_plugins/, filter_plugins/, callback_plugins/, doc_fragments/), which a collection reviewer's tools do not
-read; this builds ``ansible_collections/<namespace>/<name>/`` from the same files, the one
-change being the names of our own module_utils and doc fragments, as a collection spells them
-(its package, its fully qualified fragment names).
+action_plugins/, filter_plugins/, callback_plugins/, doc_fragments/), which a collection
+reviewer's tools do not read; this builds ``ansible_collections/<namespace>/<name>/`` from
+the same files, the one change being the names of our own module_utils and doc fragments, as
+a collection spells them (its package, its fully qualified fragment names).
 """
 
 from __future__ import annotations
