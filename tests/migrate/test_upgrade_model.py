@@ -30,16 +30,20 @@ from .conftest import WORKER_HOSTS
 UPGRADE = ("-e", "upgrade_model_tasks=6")
 HOSTS = ("lab-ai-core", *WORKER_HOSTS)
 BROKEN, GOOD = inference.TRUNCATED, "good-model:1b"
-# Two real models of the same weights: F32 takes three to five times Q4_1's seconds a token
-# on one CPU (lab/inference.py; a chat here 2 to 3 times as long), more than the spread of a
-# machine loaded by the other tests.
+# Two real models of the same weights: F32 takes two (an AVX-512 EPYC, 2026-12-07: 64 tokens
+# in 1.61 against 0.81 s on one CPU) to five times Q4_1's seconds a token (lab/inference.py),
+# more than the spread of a machine loaded by the other tests once the model's compute is
+# most of a chat's time.
 REAL, REAL_SLOWER = inference.MODEL, "lab/smollm2-135m-instruct:f32"
 # The Coordinator's host: one CPU, and an inference worker only (the web worker is on a
 # worker host), so its test tasks are chats that only the model's compute tells apart.
 REAL_CANARY = "lab-ai-core"
-# The test tasks' options: greedy, and shorter than the default's 64 tokens (half the CPU;
-# the two models' ratio is the same).
-GREEDY = {"temperature": 0, "seed": 42, "num_predict": 32}
+# The test tasks' options and question: greedy, and an answer longer than num_predict, so
+# that each chat is that many tokens of either model (a question answered in a dozen tokens
+# left the routing's fixed cost most of a chat's time, and the two models within the
+# spread of a loaded machine: 2026-12-07 00:40, F32 p95 1.32 s against Q4_1's 1.87 s).
+GREEDY = {"temperature": 0, "seed": 42, "num_predict": 64}
+LONG_ANSWER = "Count from 1 to 100, separated by commas."
 
 
 def running_models(cluster) -> dict[str, set[str]]:
@@ -116,7 +120,8 @@ def test_a_slower_real_model_fails_the_p95_gate_on_its_compute_and_is_reverted(c
                                   {REAL_CANARY: {"cluster_model": REAL_SLOWER}})
     run = cluster.playbooks.run("upgrade-model.yml", inventory, *UPGRADE,
                                 "-e", f"upgrade_model_canary={REAL_CANARY}",
-                                "-e", json.dumps({"upgrade_model_options": GREEDY}))
+                                "-e", json.dumps({"upgrade_model_options": GREEDY,
+                                                  "upgrade_model_prompt": LONG_ANSWER}))
     assert run.returncode != 0
     text = run.unfolded()
     gate = re.search(r"the canary (\S+) failed gate 'p95': ([\d.]+) s on the canary, "
@@ -135,7 +140,9 @@ def test_a_slower_real_model_fails_the_p95_gate_on_its_compute_and_is_reverted(c
     assert [task["status"] for task in chats] == ["done"] * len(chats), chats
     assert {task["answered_model"] for task in chats} == {REAL, REAL_SLOWER}
     assert all("ollama-standin" not in task["result"] for task in chats)
-    assert all(task["options"] == GREEDY for task in chats), chats
+    # Every chat the long answer, cut at num_predict.
+    assert all(task["options"] == GREEDY and "1, 2, 3, 4, 5, 6" in task["result"]
+               for task in chats), chats
     # Greedy: each model gives one answer to the same question, every time.
     for model in (REAL, REAL_SLOWER):
         assert len({task["result"] for task in chats if task["answered_model"] == model}) == 1
