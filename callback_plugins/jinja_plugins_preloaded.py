@@ -17,8 +17,7 @@ description:
   - This callback loads them in the main process as the playbook starts; every worker then
     inherits them with the fork. On a no-op C(site.yml) of three hosts it takes about a fifth
     of the controller's CPU time away (docs/benchmarks.md).
-  - It prints nothing and changes no task or result. Enabled in ansible.cfg
-    (C(callbacks_enabled)).
+  - It prints nothing and changes no task or result.
 requirements:
   - enabled in ansible.cfg (C(callbacks_enabled))
 """

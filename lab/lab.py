@@ -39,7 +39,7 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -359,10 +359,10 @@ def ssh_login(address: str, user: str = ADMIN_USER) -> subprocess.CompletedProce
         capture_output=True, text=True, check=False, timeout=180)
 
 
-def build(of: list[Kind], with_kit: bool) -> None:
+def build(of: Iterable[Kind], with_kit: bool) -> Path | None:
     """The images of the kinds ``of`` and, ``with_kit``, the real-inference kit, each made
     only when missing or made from other inputs (minutes once per machine, then about a
-    second), side by side."""
+    second), side by side. Returns the kit's directory (None without it)."""
     with concurrent.futures.ThreadPoolExecutor(1) as builder:
         if with_kit:
             from lab import inference  # imports this module: loaded on first use
@@ -371,8 +371,7 @@ def build(of: list[Kind], with_kit: bool) -> None:
         with exclusive(SETUP_LOCK):
             for script in dict.fromkeys(kind.build for kind in of):
                 subprocess.run([str(script)], check=True)
-        if with_kit:
-            kit.result()
+        return kit.result() if with_kit else None
 
 
 def up(network: str, subnet: str, image: str, nodes: dict[str, str],
@@ -387,12 +386,8 @@ def up(network: str, subnet: str, image: str, nodes: dict[str, str],
     started = time.monotonic()
     known = kinds()
     of = {name: known[(node_kinds or {}).get(name, "linux")] for name in nodes}
-    build(list(dict.fromkeys(of.values())), with_kit=bool(inference_mount))
-    volumes: tuple[str, ...] = ()
-    if inference_mount:
-        from lab import inference  # imports this module: loaded on first use
-
-        volumes = (f"{inference.KIT}:{inference_mount}:ro",)
+    kit = build(of.values(), with_kit=bool(inference_mount))
+    volumes = (f"{kit}:{inference_mount}:ro",) if kit else ()
     with exclusive(SETUP_LOCK):
         public_key, password = ensure_ssh_identity()
     if not exists("network", network):
@@ -524,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         down(args.network, args.names)
         return 0
     if args.command == "build":
-        build(list(kinds().values()), with_kit=True)
+        build(kinds().values(), with_kit=True)
         return 0
     lab = load_lab(args.inventory)
     if args.command == "create":

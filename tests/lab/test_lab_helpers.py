@@ -89,7 +89,6 @@ def test_a_fault_hook_whose_line_never_appears_fails_the_run(tmp_path):
     assert len(fired) == 1
 
 
-
 def test_a_run_whose_reader_stops_is_killed_and_its_output_kept(tmp_path):
     # A hook that fails (or pytest's time limit, raised in the reader) ends the reading; the
     # playbook, which would wait 600 s and then print more than a pipe holds, must not be
@@ -114,6 +113,7 @@ def test_a_run_whose_reader_stops_is_killed_and_its_output_kept(tmp_path):
     assert seen[0].returncode == -9 and not playbooks.runs
     kept = (tmp_path / "logs" / "01-long-hosts.yml-unfinished.log").read_text()
     assert "PLAY [Long play]" in kept and "Print much" not in kept, kept
+
 
 def test_exclusive_makes_a_second_holder_wait(tmp_path, monkeypatch):
     monkeypatch.setattr(lab, "LOCK", tmp_path / "lab.lock")

@@ -58,13 +58,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         Path(str(item.fspath)).name))
     for place, item in zip(places, ours, strict=True):
         items[place] = item
-    firsts: dict[bool, pytest.Item] = {}
+    firsts: dict[int, pytest.Item] = {}
     for item in ours:
-        firsts.setdefault(item.nodeid.startswith(SECOND_LAB_SUITES), item)
+        firsts.setdefault(lab_number(item.nodeid), item)
     for item in firsts.values():
         own = item.get_closest_marker("timeout")
         limit = float(own.args[0] if own and own.args else config.getini("timeout"))
         item.add_marker(pytest.mark.timeout(limit + BRING_UP_LIMIT), append=False)
+
+
+def lab_number(nodeid: str) -> int:
+    """The lab a test runs on: 2 for the fault cases (SECOND_LAB_SUITES), else 1."""
+    return 2 if nodeid.startswith(SECOND_LAB_SUITES) else 1
 
 
 @dataclass
@@ -227,4 +232,4 @@ class LabsByNumber(dict):
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest, labs: dict[int, Cluster]) -> Cluster:
-    return labs[2 if request.node.nodeid.startswith(SECOND_LAB_SUITES) else 1]
+    return labs[lab_number(request.node.nodeid)]

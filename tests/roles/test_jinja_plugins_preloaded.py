@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, VENV_BIN, ansible_env
+from .conftest import VENV_BIN, ansible_env
 
 PLAYBOOK = """\
 - name: Three tasks that use a filter, on two hosts
@@ -56,7 +56,6 @@ def importing_processes(tmp_path: Path, **extra: str) -> tuple[list[int], int]:
 @pytest.mark.parametrize("enabled", [True, False], ids=["as configured", "disabled"])
 def test_a_filter_plugin_is_imported_once_in_the_main_process(tmp_path: Path,
                                                               enabled: bool) -> None:
-    assert (REPO / "callback_plugins" / "jinja_plugins_preloaded.py").is_file()
     pids, main = importing_processes(
         # The variable replaces the setting's list (empty, Ansible refuses it).
         tmp_path, **({} if enabled else {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.timer"}))
