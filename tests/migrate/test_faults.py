@@ -298,6 +298,47 @@ def test_new_host_gone_after_its_worker_started_rolls_back(cluster) -> None:
     cluster.assert_settled(traffic.outcome(), old, failed_ok=1)
 
 
+# Before the cut test: its runs (the web worker moved to the Linux host first, then back)
+# and the rollback's above name the tasks the cut test cuts at, in the direction it moves
+# (tasks_printed), which otherwise moves the web worker there and back first to learn them.
+@pytest.mark.timeout(1800)
+def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> None:
+    # What the playbook says of the stop is read from systemd (the Mac's launchd: a gap).
+    old = cluster.linux_web_host()
+    new = cluster.other(old)
+    standin = f"http://{cluster.nodes[old].address}:11434/_standin/config"
+    # Its Ollama hangs: the old worker is stuck in a task when SIGTERM comes.
+    requests.post(standin, json={"latency": 600}, timeout=10).raise_for_status()
+    try:
+        # The stuck task first, then the traffic: a traffic task routed before it would be
+        # the one the old worker sticks in, and this one would wait in the queue behind it.
+        stuck = cluster.coordinator.route("stuck")
+        wait_until(lambda: cluster.coordinator.task(stuck)["status"] == "running",
+                   30, "the old worker on the stuck task")
+        with cluster.traffic() as traffic:
+            # Drained, it does not finish within 5 s: it is stopped anyway.
+            run = cluster.playbooks.run("migrate-web.yml", cluster.inventory(new),
+                                        "-e", "migrate_web_drain_timeout=5")
+    finally:
+        requests.post(standin, json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
+    assert run.returncode == 0, run.output[-6000:]
+    text = run.unfolded()
+    assert (f"the old web worker on {old} still held a task after 5 s of draining "
+            "(migrate_web_drain_timeout): stopped anyway, within the bound of its stop") in text
+    # Then SIGTERM gives it its shutdown timeout: it gives the task up (the Reaper fails it,
+    # naming the worker), unless its own Ollama timeout ends the call first (the search
+    # results are the answer). Either way the task ends, and none is lost.
+    task = cluster.coordinator.finished(stuck, time.monotonic() + 300)
+    if task["status"] == "failed":
+        assert f"web-worker-{old}" in task["error"], task
+        assert (f"the web worker on {old} did not finish its task within its shutdown timeout "
+                "after SIGTERM and gave it up; the Reaper fails that task, the new worker "
+                "serves the queued ones") in text
+    else:
+        assert (task["status"], task["fallback"]) == ("done", True), task
+    cluster.assert_settled(traffic.outcome(), new)
+
+
 SWITCH_OVER = "Switch over and prove it with a routed task"
 # Ctrl-C as a terminal sends it, and a controller lost with its whole process group.
 CUTS = {"Ctrl-C": drive.interrupt, "a lost controller": drive.kill_group}
@@ -438,44 +479,6 @@ def test_interrupted_at_a_play_boundary_then_run_again_converges(cluster) -> Non
         finish = cluster.migrate(target)
         assert finish.returncode == 0, finish.output[-6000:]
     cluster.assert_settled(traffic.outcome(), target)
-
-
-@pytest.mark.timeout(1800)
-def test_a_stuck_old_worker_is_stopped_within_the_bound_and_said(cluster) -> None:
-    # What the playbook says of the stop is read from systemd (the Mac's launchd: a gap).
-    old = cluster.linux_web_host()
-    new = cluster.other(old)
-    standin = f"http://{cluster.nodes[old].address}:11434/_standin/config"
-    # Its Ollama hangs: the old worker is stuck in a task when SIGTERM comes.
-    requests.post(standin, json={"latency": 600}, timeout=10).raise_for_status()
-    try:
-        # The stuck task first, then the traffic: a traffic task routed before it would be
-        # the one the old worker sticks in, and this one would wait in the queue behind it.
-        stuck = cluster.coordinator.route("stuck")
-        wait_until(lambda: cluster.coordinator.task(stuck)["status"] == "running",
-                   30, "the old worker on the stuck task")
-        with cluster.traffic() as traffic:
-            # Drained, it does not finish within 5 s: it is stopped anyway.
-            run = cluster.playbooks.run("migrate-web.yml", cluster.inventory(new),
-                                        "-e", "migrate_web_drain_timeout=5")
-    finally:
-        requests.post(standin, json={"latency": STANDIN_LATENCY}, timeout=10).raise_for_status()
-    assert run.returncode == 0, run.output[-6000:]
-    text = run.unfolded()
-    assert (f"the old web worker on {old} still held a task after 5 s of draining "
-            "(migrate_web_drain_timeout): stopped anyway, within the bound of its stop") in text
-    # Then SIGTERM gives it its shutdown timeout: it gives the task up (the Reaper fails it,
-    # naming the worker), unless its own Ollama timeout ends the call first (the search
-    # results are the answer). Either way the task ends, and none is lost.
-    task = cluster.coordinator.finished(stuck, time.monotonic() + 300)
-    if task["status"] == "failed":
-        assert f"web-worker-{old}" in task["error"], task
-        assert (f"the web worker on {old} did not finish its task within its shutdown timeout "
-                "after SIGTERM and gave it up; the Reaper fails that task, the new worker "
-                "serves the queued ones") in text
-    else:
-        assert (task["status"], task["fallback"]) == ("done", True), task
-    cluster.assert_settled(traffic.outcome(), new)
 
 
 def test_postgresql_and_the_coordinator_restarting_in_the_middle_of_the_move(cluster) -> None:
