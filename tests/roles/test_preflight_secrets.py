@@ -49,3 +49,29 @@ def test_every_secret_not_filled_in_is_named_in_one_line(role):
     assert (f"{missing}, {last} are not set (missing, empty or still CHANGE_ME): add them to "
             "inventory/<name>/group_vars/all/vault.yml") in " ".join(output.split())
     assert "first-secret-value" not in output
+
+
+@pytest.mark.parametrize(("role", "values", "message"), [
+    ("redis", {"redis_password": "short-secret"},
+     "redis_password is empty or shorter than 16 characters. Set it from a vault variable, "
+     'e.g. redis_password: "{{ vault_redis_password }}".'),
+    ("postgresql_access", {"postgresql_access_password": "",
+                           "postgresql_access_worker_password_key": "a-key-of-its-own"},
+     "postgresql_access_password is empty. Set it from a vault variable, e.g. "
+     'postgresql_access_password: "{{ vault_coordinator_db_password }}".'),
+    ("postgresql_access", {"postgresql_access_password": "database-secret-value",
+                           "postgresql_access_worker_password_key": "CHANGE_ME"},
+     "postgresql_access_worker_password_key is still CHANGE_ME: set vault_worker_db_key in "
+     "inventory/<name>/group_vars/all/vault.yml"),
+])
+def test_a_weak_or_placeholder_password_is_named_in_the_message_a_user_reads(role, values,
+                                                                            message):
+    # The message names the variable, never its value: the result is shown whole, not
+    # censored as under no_log.
+    result = run(["ansible-playbook", "-i", "localhost,", str(HERE / "playbooks" /
+                  "preflight_secrets.yml"), "-e", json.dumps({**values, "role": role})])
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert message in " ".join(output.split()), output
+    assert "censored" not in output
+    assert "short-secret" not in output and "database-secret-value" not in output
