@@ -9,9 +9,11 @@ the cluster serves again and site.yml finds nothing to change in the database.""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import requests
@@ -41,6 +43,21 @@ def live_rows(node: drive.Node) -> list[str]:
                    check=True).stdout.splitlines()
 
 
+@contextlib.contextmanager
+def scheduled_runs_held(node: drive.Node) -> Iterator[None]:
+    """The backup timer stopped, and a run it started finished, for the time of the block:
+    its daily run (03:30 UTC and up to 15 min more, the role's defaults) falls within the
+    suite at some hours and would race the run a test starts (2026-12-07 03:44: two dumps).
+    Started again after."""
+    node.sh("systemctl", "stop", f"{UNIT}.timer", check=True)
+    try:
+        wait_until(lambda: node.sh("systemctl", "is-active", f"{UNIT}.service").stdout.strip()
+                   != "activating", 300, "the timer's run of the backup finished")
+        yield
+    finally:
+        node.sh("systemctl", "start", f"{UNIT}.timer", check=True)
+
+
 def test_a_scheduled_dump_keeps_the_newest_and_restores_every_task_into_a_fresh_postgresql(
         cluster, tmp_path) -> None:
     node = cluster.nodes["lab-ai-core"]
@@ -54,26 +71,30 @@ def test_a_scheduled_dump_keeps_the_newest_and_restores_every_task_into_a_fresh_
     report = node.sh("systemd-analyze", "security", "--no-pager", f"{UNIT}.service",
                      check=True).stdout
     assert float(EXPOSURE.search(report).group(2)) <= BOUNDS["coordinator.service"], report
-    for name in [*OLD, HALF_WRITTEN]:
-        node.sh("install", "-o", "postgres", "-g", "postgres", "-m", "0600", "/dev/null",
-                f"{DIRECTORY}/{name}", check=True)
+    with scheduled_runs_held(node):
+        # The directory holds the dumps laid down here only (one the timer made earlier in
+        # the lab's life would be the newest kept).
+        node.sh("find", DIRECTORY, "-mindepth", "1", "-delete", check=True)
+        for name in [*OLD, HALF_WRITTEN]:
+            node.sh("install", "-o", "postgres", "-g", "postgres", "-m", "0600", "/dev/null",
+                    f"{DIRECTORY}/{name}", check=True)
 
-    before = live_rows(node)
-    assert before, "the lab's earlier tests routed tasks"
-    node.sh("systemctl", "start", f"{UNIT}.service", check=True)  # oneshot: returns when done
-    after = live_rows(node)
+        before = live_rows(node)
+        assert before, "the lab's earlier tests routed tasks"
+        node.sh("systemctl", "start", f"{UNIT}.service", check=True)  # oneshot: returns when done
+        after = live_rows(node)
 
-    found = dict(line.split(" ", 1) for line in node.sh(
-        "find", DIRECTORY, "-mindepth", "1", "-printf", r"%f %u:%g %m\n", check=True
-    ).stdout.splitlines())
+        found = dict(line.split(" ", 1) for line in node.sh(
+            "find", DIRECTORY, "-mindepth", "1", "-printf", r"%f %u:%g %m\n", check=True
+        ).stdout.splitlines())
+        journal = node.sh("journalctl", "--unit", f"{UNIT}.service", "--output=cat",
+                          "--no-pager", check=True).stdout
     made = sorted(set(found) - set(OLD))
     assert len(made) == 1 and re.fullmatch(rf"{DATABASE}-\d{{8}}T\d{{6}}Z\.dump", made[0]), found
     assert sorted(found) == sorted([*OLD[1:], *made]), found
     assert set(found.values()) == {"postgres:postgres 600"}, found
     assert node.sh("stat", "--format=%U:%G %a", DIRECTORY, check=True).stdout.split() == [
         "postgres:postgres", "700"]
-    journal = node.sh("journalctl", "--unit", f"{UNIT}.service", "--output=cat", "--no-pager",
-                      check=True).stdout
     assert f"dumped {DATABASE} to {DIRECTORY}/{made[0]} (" in journal, journal
     assert f"removed {OLD[0]} (the newest {KEEP} are kept)" in journal, journal
 
