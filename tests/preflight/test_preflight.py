@@ -16,7 +16,7 @@ from ansible.errors import AnsibleActionFail
 
 from action_plugins import preflight
 
-from ..library_kit import ANSIBLE_DOC, module_doc, module_env
+from ..library_kit import VENV_BIN, module_doc, module_env
 
 PLAYBOOK = """
 - hosts: localhost
@@ -37,7 +37,7 @@ def run_checks(tmp_path: Path, checks: list[dict]) -> tuple[int, dict]:
     return code and the task's result."""
     playbook = tmp_path / "play.yml"
     playbook.write_text(PLAYBOOK.format(checks=json.dumps(checks)))
-    run = subprocess.run([str(ANSIBLE_DOC.parent / "ansible-playbook"), "-i", "localhost,",
+    run = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,",
                           str(playbook)], capture_output=True, text=True, cwd=tmp_path,
                          env=module_env(tmp_path), timeout=120, check=False)
     report = json.loads(run.stdout)
