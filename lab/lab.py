@@ -280,11 +280,36 @@ def wait_for_systemd(name: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
+# The cgroup of the nodes with a CPU limit (lab_cpus), and its CPU weight: a virtual machine's
+# CPUs are its own, whatever its host runs beside it, where a container competes with every
+# process of the machine. Podman's own parent (libpod_parent) weighs as much as one process
+# or one session of them (the kernel's autogroups), so a loaded machine gave the
+# Coordinator's node a third of its one CPU and its timings followed the test machinery's
+# load. Weighted as sixteen, it gets its CPU up to its limit (--cpus), and no more.
+DEDICATED_CPU_CGROUP = "lab_dedicated_cpus"
+DEDICATED_CPU_WEIGHT = 16
+
+
+def dedicated_cpu_parent() -> str:
+    """The cgroup parent (podman's --cgroup-parent, cgroupfs) for a node whose CPUs are its
+    own, made with its weight on cgroup v1 (cpu.shares) or v2 (cpu.weight)."""
+    root = Path("/sys/fs/cgroup")
+    if (root / "cpu" / "cpu.shares").exists():
+        group, setting, value = root / "cpu" / DEDICATED_CPU_CGROUP, "cpu.shares", 1024
+    else:
+        group, setting, value = root / DEDICATED_CPU_CGROUP, "cpu.weight", 100
+    group.mkdir(exist_ok=True)
+    (group / setting).write_text(f"{value * DEDICATED_CPU_WEIGHT}\n")
+    return f"/{DEDICATED_CPU_CGROUP}"
+
+
 def start_container(network: str, image: str, name: str, address: str,
                     command: tuple[str, ...] = ("/sbin/init",), hostname: str = "",
                     volumes: tuple[str, ...] = (), cpus: float | None = None) -> None:
     """Run (or start again) the node's container; ``volumes`` are podman's --volume values
     beyond its apt cache, ``cpus`` its CPU limit."""
+    # Made again before a start too: a reboot of the machine removes the cgroup.
+    parent = dedicated_cpu_parent() if cpus else None
     if exists("container", name):
         podman("start", name, capture=True)
         return
@@ -293,7 +318,7 @@ def start_container(network: str, image: str, name: str, address: str,
     options = [f"--volume={volume}" for volume in
                (f"{APT_ARCHIVES / name}:/var/cache/apt/archives", *volumes)]
     if cpus:
-        options.append(f"--cpus={cpus:g}")
+        options += [f"--cpus={cpus:g}", f"--cgroup-parent={parent}"]
     podman(
         "run",
         "--detach",

@@ -32,8 +32,8 @@ HOSTS = ("lab-ai-core", *WORKER_HOSTS)
 BROKEN, GOOD = inference.TRUNCATED, "good-model:1b"
 # Two real models of the same weights: F32 takes two (an AVX-512 EPYC, 2026-12-07: 64 tokens
 # in 1.61 against 0.81 s on one CPU) to five times Q4_1's seconds a token (lab/inference.py),
-# once the model's compute is most of a chat's time; under the other suites' load the two
-# met there in 1 of 3 full runs (docs/lab.md).
+# once the model's compute is most of a chat's time. The canary's one CPU is its own whatever
+# the other suites run (lab/lab.py, dedicated_cpu_parent): without it they met (docs/lab.md).
 REAL, REAL_SLOWER = inference.MODEL, "lab/smollm2-135m-instruct:f32"
 # The Coordinator's host: one CPU, and an inference worker only (the web worker is on a
 # worker host), so its test tasks are chats that only the model's compute tells apart.
