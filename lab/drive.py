@@ -60,16 +60,18 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def inventory_copy(name: str, web_hosts: list[str], host_vars: dict[str, dict] | None = None,
-                   source: Path = lab.INVENTORY) -> Path:
-    """A copy of the lab inventory with ``web_workers`` = ``web_hosts`` (and extra host_vars
-    files), two levels below the repository like inventory/lab, so its relative paths to
-    .lab/ resolve the same way."""
+                   source: Path = lab.INVENTORY, groups: dict[str, list[str]] | None = None
+                   ) -> Path:
+    """A copy of the lab inventory with ``web_workers`` = ``web_hosts`` and each group of
+    ``groups`` holding the hosts given (and extra host_vars files), two levels below the
+    repository like inventory/lab, so its relative paths to .lab/ resolve the same way."""
     target = REPO / ".lab" / f"inventory-{name}"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target)  # links (cluster.yml) copied as the files they point to
     hosts_file = target / "hosts.yml"
     hosts = yaml.safe_load(hosts_file.read_text())
-    hosts["all"]["children"]["web_workers"]["hosts"] = dict.fromkeys(web_hosts)
+    for group, members in {**(groups or {}), "web_workers": web_hosts}.items():
+        hosts["all"]["children"][group]["hosts"] = dict.fromkeys(members)
     hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
     for host, variables in (host_vars or {}).items():
         (target / "host_vars" / host).mkdir(parents=True, exist_ok=True)

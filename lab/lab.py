@@ -142,8 +142,8 @@ def load_lab(inventory: Path = INVENTORY) -> Lab:
     url = None
     if coordinator:
         cluster = yaml.safe_load((group_vars / "cluster.yml").read_text())
-        # The scheme the inventory's cluster_coordinator_url gives the workers.
-        scheme = cluster["cluster_coordinator_url"].strip().split("://", 1)[0]
+        # The scheme the inventory's cluster_coordinator_url gives the workers' URLs.
+        scheme = re.search(r"(https?)://", cluster["cluster_coordinator_url"]).group(1)
         url = f"{scheme}://{nodes[next(iter(coordinator))]}:{cluster['coordinator_port']}"
     return Lab(settings["lab_network"], settings["lab_subnet"], settings["lab_image"], nodes,
                outsider, url, node_kinds, containers, settings.get("lab_inference_mount"), cpus)
@@ -305,9 +305,11 @@ def dedicated_cpu_parent() -> str:
 
 def start_container(network: str, image: str, name: str, address: str,
                     command: tuple[str, ...] = ("/sbin/init",), hostname: str = "",
-                    volumes: tuple[str, ...] = (), cpus: float | None = None) -> None:
+                    volumes: tuple[str, ...] = (), cpus: float | None = None,
+                    net_admin: bool = False) -> None:
     """Run (or start again) the node's container; ``volumes`` are podman's --volume values
-    beyond its apt cache, ``cpus`` its CPU limit."""
+    beyond its apt cache, ``cpus`` its CPU limit, ``net_admin`` whether it may change its
+    network as a virtual machine's root can."""
     # Made again before a start too: a reboot of the machine removes the cgroup.
     parent = dedicated_cpu_parent() if cpus else None
     if exists("container", name):
@@ -319,6 +321,10 @@ def start_container(network: str, image: str, name: str, address: str,
                (f"{APT_ARCHIVES / name}:/var/cache/apt/archives", *volumes)]
     if cpus:
         options += [f"--cpus={cpus:g}", f"--cgroup-parent={parent}"]
+    if net_admin:
+        # What a virtual machine's root may do with its network and podman withholds: move an
+        # address (keepalived's virtual address: CAP_NET_ADMIN) and send VRRP (CAP_NET_RAW).
+        options.append("--cap-add=NET_ADMIN,NET_RAW")
     podman(
         "run",
         "--detach",
@@ -419,7 +425,8 @@ def up(network: str, subnet: str, image: str, nodes: dict[str, str],
         podman("network", "create", "--subnet", subnet, network, capture=True)
     for name, address in nodes.items():
         start_container(network, of[name].image or image, name, address, of[name].command,
-                        (hostnames or {}).get(name, name), volumes, (cpus or {}).get(name))
+                        (hostnames or {}).get(name, name), volumes, (cpus or {}).get(name),
+                        net_admin=of[name] is known["linux"])
     for name, address in nodes.items():
         wait_for_systemd(name)
         grant_access(name, public_key, password, of[name])

@@ -60,13 +60,15 @@ def main() -> int:
     try:
         check_tls_files(cfg)
         sockets = [listening_socket(address, cfg.port) for address in cfg.bind_addresses]
+        sockets += [listening_socket(address, cfg.port, held_or_not=True)
+                    for address in cfg.virtual_addresses]
     except (OSError, StartupError) as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
     logging.getLogger("coordinator").info(
         "coordinator %s listening on %s, %s (open-file limit %d)", __version__,
         ", ".join(f"{a}:{cfg.port}" if ":" not in a else f"[{a}]:{cfg.port}"
-                  for a in cfg.bind_addresses),
+                  for a in cfg.bind_addresses + cfg.virtual_addresses),
         "HTTPS" if cfg.tls_cert else "plain HTTP", raise_open_file_limit())
     server = uvicorn.Server(uvicorn.Config(
         create_app(cfg), loop="uvloop", http="httptools", access_log=False,
@@ -100,21 +102,30 @@ def check_tls_files(cfg: Config) -> None:
                            "they must be one certificate and its own key") from None
 
 
-def listening_socket(address: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``address``:``port``; OSError says which one failed and why."""
+# Linux's IP_FREEBIND (linux/in.h; the socket module names it from Python 3.12 only).
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
+
+
+def listening_socket(address: str, port: int, held_or_not: bool = False) -> socket.socket:
+    """A TCP socket bound to ``address``:``port``; with ``held_or_not``, also while this host
+    does not hold the address (IP_FREEBIND: a virtual address, answered here once it comes);
+    OSError says which one failed and why."""
     family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if family == socket.AF_INET6:
         # "::" next to "0.0.0.0" in the list: each family its own socket.
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    if held_or_not:
+        sock.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
     try:
         sock.bind((address, port))
     except OSError as exc:
         sock.close()
+        setting = "COORDINATOR_VIRTUAL_ADDRESS" if held_or_not else (
+            "COORDINATOR_BIND (an address of this host)")
         raise OSError(f"cannot listen on {address} port {port} ({exc.strerror}): check "
-                      "COORDINATOR_BIND (an address of this host) and COORDINATOR_PORT (not "
-                      "in use)") from None
+                      f"{setting} and COORDINATOR_PORT (not in use)") from None
     return sock
 
 

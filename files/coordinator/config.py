@@ -39,6 +39,9 @@ class Config:
     # The CA certificate of a Redis serving TLS (the cluster CA's); None: plain TCP.
     redis_ca_file: str | None = None
     bind: str = "127.0.0.1"
+    # Addresses listened on whether this host holds them or not (a virtual address keepalived
+    # moves between the Coordinator hosts): comma-separated; None: none.
+    virtual_address: str | None = None
     port: int = 8000
     # The certificate (with its chain) and key the API serves HTTPS with (the cluster CA's,
     # docs/tls.md); None: plain HTTP.
@@ -82,6 +85,11 @@ class Config:
         """The addresses to listen on: ``bind`` is one, or several separated by commas
         (a host's LAN address and loopback, rather than every interface)."""
         return split_addresses(self.bind)
+
+    @property
+    def virtual_addresses(self) -> tuple[str, ...]:
+        """The addresses of ``virtual_address``, listened on before the host holds them."""
+        return split_addresses(self.virtual_address) if self.virtual_address else ()
 
     @property
     def max_body_bytes(self) -> int:
@@ -197,17 +205,18 @@ def _backends(env: Mapping[str, str]) -> tuple[str, str]:
     return dsn, redis_host
 
 
-def _bind(env: Mapping[str, str]) -> str:
-    bind = env.get("COORDINATOR_BIND", "").strip() or DEFAULT.bind
-    for address in split_addresses(bind):
+def _addresses(env: Mapping[str, str], name: str, default: str, example: str) -> str:
+    """The comma-separated IP addresses of ``name`` (``default`` when unset)."""
+    value = env.get(name, "").strip() or default
+    for address in split_addresses(value) if value else ():
         try:
             ipaddress.ip_address(address)
         except ValueError:
             raise ConfigError(
-                f"COORDINATOR_BIND={bind!r}: {address!r} is not an IP address: use one or "
-                "more, separated by commas, e.g. 127.0.0.1,192.168.0.40"
+                f"{name}={value!r}: {address!r} is not an IP address: use one or more, "
+                f"separated by commas, e.g. {example}"
             ) from None
-    return bind
+    return value
 
 
 def _tokens(env: Mapping[str, str]) -> dict[str, Any]:
@@ -277,7 +286,8 @@ def _notify(env: Mapping[str, str]) -> tuple[str | None, str]:
 def load_config(env: Mapping[str, str]) -> Config:
     """Build the configuration from ``env`` (usually ``os.environ``)."""
     dsn, redis_host = _backends(env)
-    bind = _bind(env)
+    bind = _addresses(env, "COORDINATOR_BIND", DEFAULT.bind, "127.0.0.1,192.168.0.40")
+    virtual_address = _addresses(env, "COORDINATOR_VIRTUAL_ADDRESS", "", "192.168.0.50")
     tokens = _tokens(env)
     log_level = _log_level(env)
     tls_cert, tls_key = _tls(env)
@@ -293,6 +303,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         redis_username=(env.get("REDIS_USERNAME") or "").strip() or None,
         redis_ca_file=(env.get(REDIS_CA_FILE_ENV) or "").strip() or None,
         bind=bind,
+        virtual_address=virtual_address or None,
         port=_port(env, "COORDINATOR_PORT", d.port),
         tls_cert=tls_cert,
         tls_key=tls_key,

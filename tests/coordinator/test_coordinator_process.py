@@ -90,6 +90,25 @@ def test_it_listens_on_each_address_of_coordinator_bind(backends: Backends,
     stop(proc)
 
 
+def test_a_virtual_address_is_answered_once_the_host_holds_it(backends: Backends,
+                                                              processes: list) -> None:
+    # TEST-NET-3, on no interface here until the test puts it on loopback, as keepalived puts
+    # a virtual address on a host.
+    address, port = "203.0.113.77", free_port()
+    proc = coordinator_process(backends.env(COORDINATOR_PORT=str(port),
+                                            COORDINATOR_VIRTUAL_ADDRESS=address))
+    processes.append(proc)
+    wait_healthy(f"http://127.0.0.1:{port}", proc)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://{address}:{port}/health", timeout=5)
+    subprocess.run(["ip", "address", "add", f"{address}/32", "dev", "lo"], check=True)
+    try:
+        assert httpx.get(f"http://{address}:{port}/health", timeout=5).status_code == 200
+    finally:
+        subprocess.run(["ip", "address", "del", f"{address}/32", "dev", "lo"], check=True)
+    stop(proc)
+
+
 def test_an_address_the_host_lacks_is_one_line(backends: Backends) -> None:
     port = free_port()
     code, stderr = run_failing(backends.env(COORDINATOR_PORT=str(port),

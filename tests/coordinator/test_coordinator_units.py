@@ -528,6 +528,17 @@ def test_find_orphans() -> None:
     assert found == {"tasks:web": [a], "tasks:rag": [c]}
 
 
+def test_a_virtual_address_is_optional_and_a_wrong_one_named() -> None:
+    assert load_config(BASE).virtual_addresses == ()
+    cfg = load_config(BASE | {"COORDINATOR_VIRTUAL_ADDRESS": "192.168.0.50"})
+    assert cfg.virtual_addresses == ("192.168.0.50",)
+    with pytest.raises(ConfigError) as err:
+        load_config(BASE | {"COORDINATOR_VIRTUAL_ADDRESS": "coordinator.lan"})
+    assert str(err.value) == ("COORDINATOR_VIRTUAL_ADDRESS='coordinator.lan': 'coordinator.lan' "
+                              "is not an IP address: use one or more, separated by commas, "
+                              "e.g. 192.168.0.50")
+
+
 def test_bind_takes_several_addresses_and_names_a_wrong_one() -> None:
     cfg = load_config(BASE | {"COORDINATOR_BIND": "127.0.0.1, 10.0.0.40,::1"})
     assert cfg.bind_addresses == ("127.0.0.1", "10.0.0.40", "::1")

@@ -35,9 +35,11 @@ LOG_DIR = lab.STATE_DIR / "logs" / "test-migrate"
 # for launchd's reload) pays a whole move when the test before left it on the other: in this
 # order, and test_faults.py's, each finds it where it needs it (test_faults.py ends with it
 # on the Mac, test_macos.py's last move takes it to the Linux host, the README's move back).
+# test_two_coordinators.py comes last: it leaves the lab with two Coordinators.
 ORDER = ["test_hardening.py", "test_real_inference.py", "test_check_mode.py",
          "test_migrate_web.py", "test_faults.py", "test_macos.py", "test_readme.py",
-         "test_upgrade_model.py", "test_backup.py", "test_secrets.py", "test_probe_incident.py"]
+         "test_upgrade_model.py", "test_backup.py", "test_secrets.py", "test_probe_incident.py",
+         "test_two_coordinators.py"]
 WORKER_HOSTS = ("lab-worker-slow", "lab-macbookair")
 STANDIN_LATENCY = 0.3
 
@@ -97,12 +99,13 @@ class Cluster:
         return self.node_of(alive[0]["host"])
 
     def inventory(self, web_host: str, name: str | None = None,
-                  host_vars: dict[str, dict] | None = None) -> Path:
-        """The lab's inventory with the web worker on ``web_host``."""
+                  host_vars: dict[str, dict] | None = None,
+                  groups: dict[str, list[str]] | None = None) -> Path:
+        """The lab's inventory with the web worker on ``web_host`` (and ``groups``' hosts)."""
         label = "" if self.source == lab.INVENTORY else (
             self.source.name.removeprefix("inventory-") + "-")
         return drive.inventory_copy(label + (name or f"web-on-{web_host}"), [web_host],
-                                    host_vars, self.source)
+                                    host_vars, self.source, groups)
 
     def other(self, host: str) -> str:
         return next(h for h in WORKER_HOSTS if h != host)

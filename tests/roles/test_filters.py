@@ -280,6 +280,15 @@ def test_expected_registrations_hold_the_shipped_version_systemds_pid_and_the_ur
     assert (web["version"], web["pid"]) == ("2.1", 0)
 
 
+def test_with_several_coordinators_the_registry_is_read_from_the_first():
+    infer, _ = worker.expected_registrations(
+        worker.worker_states(records("inference-worker", "web-worker"), units_of(SHOW)),
+        versions={"worker_infer.py": "1.0", "worker_web.py": "2.1"},
+        envs={name: {"COORDINATOR_URL": "https://10.0.0.1:8000/, https://10.0.0.2:8000"}
+              for name in ("inference-worker", "web-worker")})
+    assert infer["url"] == "https://10.0.0.1:8000"
+
+
 ALIVE = {"worker_id": "macbookair", "host": "192.168.0.43", "version": "1.0", "pid": 812,
          "alive": True}
 

@@ -24,8 +24,8 @@ from lab.throwaway import DB_NAME, DB_USER, ThrowawayPostgres
 from .conftest import HERE, run
 
 PLAYBOOK = HERE / "playbooks" / "pg_hba_block.yml"
-PREFLIGHT = ("postgresql_access : Preflight | every worker host has an IP address for its "
-             "pg_hba.conf line")
+PREFLIGHT = ("postgresql_access : Preflight | every worker and Coordinator host has an IP "
+             "address for its pg_hba.conf line")
 
 # Worker hosts and their node_address, in several spellings PostgreSQL accepts. `lo6` is ::1,
 # where the throwaway server listens, so its line is the one a real login goes through.
@@ -232,3 +232,17 @@ def test_postgresql_refuses_or_misreads_the_lines_the_preflight_refuses(server):
     # PostgreSQL takes an abbreviated IPv4 address for another host; it refuses all the rest
     # (on a restart, a refused line keeps PostgreSQL from starting at all).
     assert accepted == {"192.168.0": "192.168.0.0"}
+
+
+def test_each_coordinator_on_another_host_gets_one_line_for_the_coordinator_login(tmp_path):
+    inv = inventory({"ai4": WORKERS["ai4"], "mac6": WORKERS["mac6"]})
+    # The database host's own Coordinator (over loopback), a second one on its own host, and
+    # a worker host that runs one too, whose worker line already admits the same login.
+    inv["all"]["hosts"]["core2"] = {"node_address": "fd00::41"}
+    inv["all"]["children"]["coordinator"] = {"hosts": {"db": None, "core2": None, "ai4": None}}
+    code, report, facts = render(tmp_path, inv)
+    assert code == 0, json.dumps(report)[-3000:]
+    lines = network_lines(facts["pg_hba_test_block"])
+    assert sorted(lines) == sorted([expected_line("ai4", WORKERS["ai4"]),
+                                    expected_line("mac6", WORKERS["mac6"]),
+                                    [*expected_line("core2", "fd00::41"), "(Coordinator)"]])

@@ -290,10 +290,13 @@ def expected_registrations(states: Sequence[Mapping[str, Any]], *, versions: Map
     """What the Coordinator must list alive for each worker of ``states`` (worker_states'
     records): worker_id, host, the ``version`` of its program (``versions``: script ->
     version) and the ``pid`` its service manager runs (0: none); with the worker's name,
-    unit and log, and ``url``, the Coordinator it registers with (COORDINATOR_URL of its
-    environment in ``envs``, no trailing slash)."""
+    unit and log, and ``url``, the Coordinator the registry is read from (the first of
+    COORDINATOR_URL in its environment in ``envs``, no trailing slash: every Coordinator of a
+    cluster reads the one registry in PostgreSQL, and site.yml converges them all before the
+    workers)."""
     return [{"name": state["name"], "unit": state["unit"], "log": state["log"],
-             "url": str(envs[state["name"]].get("COORDINATOR_URL", "")).rstrip("/"),
+             "url": str(envs[state["name"]].get("COORDINATOR_URL", "")).split(",")[0]
+             .strip().rstrip("/"),
              "worker_id": state["worker_id"], "host": state["host"],
              "version": versions[state["script"]], "pid": int(state["pid"])}
             for state in states]
