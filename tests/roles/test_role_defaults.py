@@ -30,7 +30,9 @@ from .conftest import REPO
 HOST = {"node_address": "192.0.2.40", "inventory_hostname": "ai-core", "ansible_managed": "",
         "role_path": "/roles/any", "ansible_facts": {"os_family": "Debian", "user_dir": "/home/a"},
         "coordinator_db_password": "db-secret", "coordinator_redis_password": "redis-secret",
-        "coordinator_token": "api-token", "worker_coordinator_token": "api-token"}
+        "coordinator_token": "api-token", "worker_coordinator_token": "api-token",
+        "groups": {"coordinator": ["ai-core"]},
+        "hostvars": {"ai-core": {"node_address": "192.0.2.40"}}}
 
 ON_PURPOSE = {
     "COORDINATOR_BIND": "the role also binds the node's LAN address; the program alone binds "
@@ -58,6 +60,9 @@ def rendered(values: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, A
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["bool"] = lambda value: str(value).lower() in ("1", "true", "yes", "on")
+    # Ansible's extract: container[item], then [key].
+    env.filters["extract"] = lambda item, container, key=None: (
+        container[item] if key is None else container[item][key])
     return env
 
 
