@@ -292,14 +292,22 @@ DEDICATED_CPU_WEIGHT = 16
 
 def dedicated_cpu_parent() -> str:
     """The cgroup parent (podman's --cgroup-parent, cgroupfs) for a node whose CPUs are its
-    own, made with its weight on cgroup v1 (cpu.shares) or v2 (cpu.weight)."""
+    own, made with its weight on cgroup v1 (cpu.shares) or v2 (cpu.weight, the cpu controller
+    enabled below the root first). Where the weight cannot be set, the node runs with the
+    default one, and this says so."""
     root = Path("/sys/fs/cgroup")
-    if (root / "cpu" / "cpu.shares").exists():
-        group, setting, value = root / "cpu" / DEDICATED_CPU_CGROUP, "cpu.shares", 1024
-    else:
-        group, setting, value = root / DEDICATED_CPU_CGROUP, "cpu.weight", 100
-    group.mkdir(exist_ok=True)
-    (group / setting).write_text(f"{value * DEDICATED_CPU_WEIGHT}\n")
+    try:
+        if (root / "cpu" / "cpu.shares").exists():
+            group, setting, value = root / "cpu" / DEDICATED_CPU_CGROUP, "cpu.shares", 1024
+        else:
+            group, setting, value = root / DEDICATED_CPU_CGROUP, "cpu.weight", 100
+            if "cpu" not in (root / "cgroup.subtree_control").read_text().split():
+                (root / "cgroup.subtree_control").write_text("+cpu\n")
+        group.mkdir(exist_ok=True)
+        (group / setting).write_text(f"{value * DEDICATED_CPU_WEIGHT}\n")
+    except OSError as error:
+        print(f"lab: the nodes with lab_cpus keep the default CPU weight ({error}): under "
+              "load they get less than their CPUs", file=sys.stderr)
     return f"/{DEDICATED_CPU_CGROUP}"
 
 
