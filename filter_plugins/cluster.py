@@ -60,6 +60,27 @@ def reach_problems(hosts: Iterable[str], hostvars: Mapping[str, Any],
     return lines
 
 
+def unreached_hosts(hosts: Iterable[str], hostvars: Mapping[str, Any],
+                    result_var: str = "cluster_reach") -> list[str]:
+    """The hosts of ``hosts`` whose registered ``result_var`` says they were unreachable."""
+    return [host for host in hosts if (hostvars[host].get(result_var) or {}).get("unreachable")]
+
+
+def passed_over(hosts: Iterable[str], hostvars: Mapping[str, Any], may_pass_over: Iterable[str],
+                coordinator_hosts: Iterable[str],
+                result_var: str = "cluster_reach") -> list[str]:
+    """The hosts of ``hosts`` a run goes on without: unreachable (by their registered
+    ``result_var``) and in ``may_pass_over``, while a host of ``coordinator_hosts`` answered
+    (its Coordinator is the one the run proves its work through). None when no Coordinator
+    host answered."""
+    hosts = list(hosts)
+    unreached = unreached_hosts(hosts, hostvars, result_var)
+    if not [host for host in coordinator_hosts if host in hosts and host not in unreached]:
+        return []
+    allowed = set(may_pass_over)
+    return [host for host in unreached if host in allowed]
+
+
 def _statuses(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
     """(host, record) for each worker the worker role's status entry point published."""
     for host in hosts:
@@ -580,6 +601,8 @@ class FilterModule:
             "worker_redis_login": worker_redis_login,
             "coordinator_redis_login": coordinator_redis_login,
             "reach_problems": reach_problems,
+            "passed_over": passed_over,
+            "unreached_hosts": unreached_hosts,
             "running_workers": running_workers,
             "worker_addresses": worker_addresses,
             "left_out_hosts": left_out_hosts,

@@ -376,6 +376,15 @@ class Node:
     def start_sshd(self) -> None:
         self.sh("systemctl", "start", "ssh", check=True)
 
+    def stop_container(self) -> None:
+        """The host goes down (powered off): its container stops, everything in it with it."""
+        lab.podman("stop", "--time", "5", self.container, capture=True)
+
+    def start_container(self) -> None:
+        """The host boots again: its enabled units start, and its sshd answers."""
+        lab.podman("start", self.container, capture=True)
+        wait_for_port(22, 60, f"sshd of {self.name}", host=self.address)
+
     def disconnect(self) -> None:
         """The host leaves the LAN (powered off, Wi-Fi gone): nothing reaches it, and its
         workers reach nothing."""
@@ -469,31 +478,52 @@ class Outcome:
     failed: list[dict]
     lost: list[dict]
     longest_untaken: float  # seconds tasks:web held a task no worker took
+    # Tasks routed through another Coordinator, the one of their turn not answering.
+    failed_over: int = 0
 
     def hosts(self) -> set[str]:
         return {task.get("worker_host") for task in self.done}
 
 
 class Traffic:
-    """Routes a web search every ``interval`` seconds while it runs; ``outcome()`` afterwards."""
+    """Routes a task every ``interval`` seconds while it runs, of each of ``task_types`` in
+    turn, through each Coordinator (``coordinator``, then each of ``also``) in turn, going to
+    the next one when it does not answer, as a client given their URLs does; ``outcome()``
+    afterwards."""
 
-    def __init__(self, coordinator: Coordinator, redis_url: str, interval: float = 2.0) -> None:
+    def __init__(self, coordinator: Coordinator, redis_url: str, interval: float = 2.0,
+                 also: tuple[Coordinator, ...] = (),
+                 task_types: tuple[str, ...] = ("web_search",)) -> None:
         self.coordinator = coordinator
+        self.coordinators = [coordinator, *also]
+        self.task_types = task_types
         self.interval = interval
         self.redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
         self.routed: list[str] = []
         self.refused = 0
+        self.failed_over = 0
         self.samples: list[tuple[float, int]] = []
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._route, daemon=True),
                         threading.Thread(target=self._sample, daemon=True)]
 
     def _route(self) -> None:
+        turn = 0
         while not self.stop.is_set():
-            try:
-                self.routed.append(self.coordinator.route(f"{PROMPT} #{len(self.routed)}"))
-            except requests.RequestException:
+            first = turn % len(self.coordinators)
+            task_type = self.task_types[turn % len(self.task_types)]
+            for tried, coordinator in enumerate(self.coordinators[first:]
+                                                + self.coordinators[:first]):
+                try:
+                    self.routed.append(coordinator.route(f"{PROMPT} #{len(self.routed)}",
+                                                         task_type=task_type))
+                except requests.RequestException:
+                    continue
+                self.failed_over += tried > 0
+                break
+            else:
                 self.refused += 1
+            turn += 1
             self.stop.wait(self.interval)
 
     def _sample(self) -> None:
@@ -534,7 +564,7 @@ class Traffic:
             done=[t for t in tasks if t["status"] == "done"],
             failed=[t for t in tasks if t["status"] == "failed"],
             lost=[t for t in tasks if t["status"] not in ("done", "failed")],
-            longest_untaken=self.longest_untaken())
+            longest_untaken=self.longest_untaken(), failed_over=self.failed_over)
 
 
 @contextmanager

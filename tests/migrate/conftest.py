@@ -22,6 +22,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -110,8 +111,8 @@ class Cluster:
     def other(self, host: str) -> str:
         return next(h for h in WORKER_HOSTS if h != host)
 
-    def traffic(self) -> drive.Traffic:
-        return drive.Traffic(self.coordinator, self.redis_url)
+    def traffic(self, **kwargs: Any) -> drive.Traffic:
+        return drive.Traffic(self.coordinator, self.redis_url, **kwargs)
 
     def web_on(self, host: str) -> None:
         """Move the web worker to ``host`` unless it serves from there already."""
@@ -150,7 +151,7 @@ class Cluster:
         assert all(error for _, error in reasons), f"a failed task without a reason: {reasons}"
         self.figures.append({"test": drive.current_test(), "routed": outcome.routed,
                              "refused": outcome.refused, "done": len(outcome.done),
-                             "failed": len(outcome.failed),
+                             "failed": len(outcome.failed), "failed_over": outcome.failed_over,
                              "longest_untaken": round(outcome.longest_untaken, 1)})
         self.assert_one_web_worker(web_host)
 

@@ -5,8 +5,11 @@ a pg_hba.conf line of its own; every worker's COORDINATOR_URL lists both, in the
 order; the virtual address (keepalived) is on the first, its certificate naming it. With the
 first one's service stopped, the address moves to the second, tasks routed through the
 second are done and the workers heartbeat through it, saying so in their log; its service
-back, the first host takes the address again. The lab is left with two Coordinators: the
-last module of the package (conftest.ORDER)."""
+back, the first host takes the address again. Then, with tasks routed every second through
+either Coordinator, the second one's host goes down (its container stops): migrate-web.yml
+moves the web worker meanwhile, going on without that host, and every routed task is done or
+failed with a reason once it is back. The lab is left with two Coordinators: the last module
+of the package (conftest.ORDER)."""
 
 from __future__ import annotations
 
@@ -16,12 +19,15 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import requests
 
 from lab import drive, lab
 
 FIRST, SECOND = "lab-ai-core", "lab-worker-slow"
+# The inventory of both tests: both hosts in the group coordinator, sharing the address.
+TWO_COORDINATORS = {"coordinator": [FIRST, SECOND]}
 # An address of the lab's subnet no node has.
 VIRTUAL_ADDRESS = "10.89.20.50"
 
@@ -75,6 +81,14 @@ def holder_within(port: int, instance: str, timeout: float) -> bool:
     return True
 
 
+def two_coordinators(cluster, web: str) -> Path:
+    """The lab's inventory with the web worker on ``web`` and both Coordinators."""
+    return cluster.inventory(web, f"two-coordinators-web-on-{web}",
+                             {host: {"coordinator_vip_address": VIRTUAL_ADDRESS}
+                              for host in (FIRST, SECOND)},
+                             groups=TWO_COORDINATORS)
+
+
 def keepalived_logs(*nodes: drive.Node) -> str:
     return "\n".join(node.sh("journalctl", "-u", "keepalived", "--no-pager", "-n", "30").stdout
                      for node in nodes)
@@ -94,10 +108,7 @@ def test_a_second_coordinator_serves_the_cluster_while_the_first_is_stopped(clus
     first, second = cluster.nodes[FIRST], cluster.nodes[SECOND]
     port = int(cluster.coordinator.url.rsplit(":", 1)[1])
     urls = [f"https://{node.address}:{port}" for node in (first, second)]
-    two = cluster.inventory(web, "two-coordinators",
-                            {host: {"coordinator_vip_address": VIRTUAL_ADDRESS}
-                             for host in (FIRST, SECOND)},
-                            groups={"coordinator": [FIRST, SECOND]})
+    two = two_coordinators(cluster, web)
     try:
         run = cluster.playbooks.run("site.yml", two)
         assert run.returncode == 0, run.output[-5000:]
@@ -162,3 +173,60 @@ def test_a_second_coordinator_serves_the_cluster_while_the_first_is_stopped(clus
         assert holder_within(port, FIRST, 60), keepalived_logs(first, second)
     finally:
         first.sh("systemctl", "start", "coordinator")
+
+
+
+def test_a_coordinators_host_down_amid_traffic_loses_nothing_and_the_move_goes_on(cluster) -> None:
+    first, second = cluster.nodes[FIRST], cluster.nodes[SECOND]
+    port = int(cluster.coordinator.url.rsplit(":", 1)[1])
+    coordinators = [drive.Coordinator(f"https://{node.address}:{port}") for node in (first, second)]
+    web = cluster.web_host()
+    if instance_at(second.address, port) != SECOND:
+        # Run alone: the Coordinators of the test above first.
+        run = cluster.playbooks.run("site.yml", two_coordinators(cluster, web))
+        assert run.returncode == 0, run.output[-5000:]
+    if web == SECOND:
+        # A host that runs a worker must answer a move: the web worker leaves it first.
+        web = "lab-macbookair"
+        run = cluster.playbooks.run("migrate-web.yml", two_coordinators(cluster, web))
+        assert run.returncode == 0, run.output[-5000:]
+    target = FIRST if web != FIRST else "lab-macbookair"
+    inference = {worker_id for worker_id, worker in coordinators[0].workers().items()
+                 if worker["alive"] and worker["kind"] == "inference"}
+
+    # A web search and a chat in turn, one a second, through each Coordinator in turn.
+    with cluster.traffic(interval=1, also=(coordinators[1],),
+                         task_types=("web_search", "chat")) as traffic:
+        try:
+            time.sleep(4)
+            second.stop_container()
+            # The move while the second Coordinator's host is down: the first play goes on
+            # without it, saying so, and the move is proven through the first Coordinator.
+            move = cluster.playbooks.run("migrate-web.yml", two_coordinators(cluster, target))
+        finally:
+            second.start_container()
+        deadline = time.monotonic() + 60
+        while instance_at(second.address, port) != SECOND:
+            assert time.monotonic() < deadline, "the second Coordinator did not come back"
+            time.sleep(1)
+        time.sleep(4)
+    assert move.returncode == 0, move.output[-5000:]
+    assert (f"going on without {SECOND}, unreachable: it runs a Coordinator and nothing this "
+            f"run reads or changes, and the Coordinator of {FIRST} answers for the cluster"
+            in " ".join(move.output.split())), move.output[-5000:]
+    cluster.assert_proven(move, target)
+
+    # Every routed task done, or failed with a reason, and one web worker, the new one; a
+    # web task never ran twice, a chat only as at-least-once allows (counted).
+    outcome = traffic.outcome()
+    assert outcome.refused == 0 and outcome.failed_over > 0, outcome
+    cluster.assert_settled(outcome, target)
+    again = [task for task in outcome.done + outcome.failed if task["attempts"] > 1]
+    assert [task for task in again if task["task_type"] == "web_search"] == [], again
+    print(f"{outcome.routed} tasks routed, {outcome.failed_over} through the first Coordinator "
+          f"as the second did not answer: {len(outcome.done)} done, {len(outcome.failed)} "
+          f"failed, {len(again)} run more than once")
+    # The registry whole: every inference worker alive, as before the host went down.
+    workers = coordinators[1].workers()
+    assert {worker_id for worker_id in inference if workers[worker_id]["alive"]} == inference, (
+        workers)

@@ -406,6 +406,21 @@ def test_hosts_with_the_same_problem_are_named_together():
     assert line.startswith("a, b: sudo asks for a password")
 
 
+def test_an_unreachable_host_is_passed_over_only_if_allowed_and_a_coordinator_answered():
+    down = {"unreachable": True, "msg": "ssh: connect to host 10.0.0.2 port 22: No route to host"}
+    hosts = ["core", "second", "worker"]
+    hostvars = {"core": {"cluster_reach": {"changed": False}}, "second": {"cluster_reach": down},
+                "worker": {"cluster_reach": down}}
+    assert cluster.unreached_hosts(hosts, hostvars) == ["second", "worker"]
+    # Of the unreachable hosts, only the ones allowed, while another Coordinator answered.
+    assert cluster.passed_over(hosts, hostvars, ["second"], ["core", "second"]) == ["second"]
+    assert cluster.passed_over(hosts, hostvars, [], ["core", "second"]) == []
+    # Every Coordinator host down: nothing to go on through.
+    assert cluster.passed_over(hosts, hostvars, ["second"], ["second"]) == []
+    # A Coordinator host outside the run (a --limit) does not answer for it either.
+    assert cluster.passed_over(["second", "worker"], hostvars, ["second"], ["core", "second"]) == []
+
+
 def test_running_workers_and_their_addresses_for_the_registry():
     inference, web = worker.worker_states(records("inference-worker", "web-worker"),
                                           units_of(SHOW))
