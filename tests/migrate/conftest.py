@@ -7,12 +7,12 @@ the first lab's first converge (Ansible's own default, which test_migrate_web.py
 roles to; the second lab's has it on, as ansible.cfg, 12 % less work). The modules then move
 the web worker back and forth and break things on the way; they run in ORDER, each starting
 from a converged lab with one web worker, wherever the previous one left it. Most modules run
-on the first lab (inventory/lab); the fault cases (SECOND_LAB_SUITES of tests/conftest.py) on a
-second one, the same hosts in containers of their own on their own network
-(lab.second_lab_inventory), in another pytest process, beside them. Every playbook runs at -vvv
-and its output is kept for the secrets check (test_secrets.py, and over each lab's every run
-when it is taken down) and in .lab/logs/test-migrate*/ for failures. Each lab holds its own
-lock; the Molecule scenarios, on networks of their own, may run beside them.
+on the first lab (inventory/lab); the fault cases and the backup's (SECOND_LAB_SUITES of
+tests/conftest.py) on a second one, the same hosts in containers of their own on their own
+network (lab.second_lab_inventory), in another pytest process, beside them. Every playbook runs
+at -vvv and its output is kept for the secrets check (test_secrets.py, and over each lab's
+every run when it is taken down) and in .lab/logs/test-migrate*/ for failures. Each lab holds
+its own lock; the Molecule scenarios, on networks of their own, may run beside them.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def lab_number(nodeid: str) -> int:
-    """The lab a test runs on: 2 for the fault cases (SECOND_LAB_SUITES), else 1."""
+    """The lab a test runs on: 2 for the fault cases and the backup's (SECOND_LAB_SUITES),
+    else 1."""
     return 2 if nodeid.startswith(SECOND_LAB_SUITES) else 1
 
 
