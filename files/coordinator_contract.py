@@ -130,6 +130,35 @@ def worker_db_password(key: str, host: str) -> str:
     return hmac.new(key.encode(), f"worker-db:{host}".encode(), hashlib.sha256).hexdigest()
 
 
+# -- libpq connection strings (PG_DSN) ---------------------------------------------------------
+
+
+def libpq_escape(value: str) -> str:
+    """A libpq keyword/value's text between its single quotes: backslash and quote escaped."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def libpq_quote(value: str) -> str:
+    """A libpq keyword/value: single-quoted, backslash and quote escaped."""
+    return "'" + libpq_escape(value) + "'"
+
+
+def pg_dsn(host: str, port: int | str, dbname: str, user: str, password: str,
+           ssl_root_cert: str = "") -> str:
+    """The libpq DSN of a Coordinator's or a worker's login (their PG_DSN); with
+    ``ssl_root_cert`` (the cluster CA's certificate on the host) TLS is required and the
+    server's certificate must name ``host`` (verify-full). ``host`` may list several hosts
+    (``a,b``, a primary and its standbys, docs/scaling.md): libpq then takes the first that
+    accepts writes (``target_session_attrs=read-write``)."""
+    dsn = (f"host={host} port={port} dbname={dbname} user={user} "
+           f"password={libpq_quote(str(password))}")
+    if "," in str(host):
+        dsn += " target_session_attrs=read-write"
+    if ssl_root_cert:
+        dsn += f" sslmode=verify-full sslrootcert={libpq_quote(ssl_root_cert)}"
+    return dsn
+
+
 # -- what each worker host may take (its grant) ----------------------------------------------
 
 #: The table of the grants (docs/design.md, "Privileges"): one row per worker host's login,

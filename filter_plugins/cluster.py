@@ -600,6 +600,8 @@ class FilterModule:
             "worker_db_login": worker_db_login,
             "worker_redis_login": worker_redis_login,
             "coordinator_redis_login": coordinator_redis_login,
+            # A Coordinator's PG_DSN, as the workers' (the worker role's records).
+            "pg_dsn": contract.pg_dsn,
             "reach_problems": reach_problems,
             "passed_over": passed_over,
             "unreached_hosts": unreached_hosts,

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import coordinator_contract
 import jinja2
 import psycopg2
 import pytest
@@ -60,6 +61,8 @@ def rendered(values: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, A
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["bool"] = lambda value: str(value).lower() in ("1", "true", "yes", "on")
+    # The repository's filter (filter_plugins/cluster.py) that coordinator.env.j2 uses.
+    env.filters["pg_dsn"] = coordinator_contract.pg_dsn
     # Ansible's extract: container[item], then [key].
     env.filters["extract"] = lambda item, container, key=None: (
         container[item] if key is None else container[item][key])

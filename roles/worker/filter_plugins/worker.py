@@ -34,14 +34,9 @@ contract = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(contract)
 
 
-def libpq_escape(value: str) -> str:
-    """A libpq keyword/value's text between its single quotes: backslash and quote escaped."""
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
-def libpq_quote(value: str) -> str:
-    """A libpq keyword/value: single-quoted, backslash and quote escaped."""
-    return "'" + libpq_escape(value) + "'"
+# The Coordinator's PG_DSN is written from the same functions (filter pg_dsn, playbooks).
+libpq_escape = contract.libpq_escape
+pg_dsn = contract.pg_dsn
 
 
 def worker_env_quote(value: Any) -> str:
@@ -60,21 +55,6 @@ def secret_spellings(secrets: Iterable[str]) -> list[str]:
         for form in (secret, libpq_escape(secret)):
             spelled |= {form, worker_env_quote(form), str(markupsafe.escape(form))}
     return sorted(spelled)
-
-
-def pg_dsn(host: str, port: int | str, dbname: str, user: str, password: str,
-           ssl_root_cert: str = "") -> str:
-    """The workers' libpq DSN; with ``ssl_root_cert`` (the cluster CA's certificate on the
-    host) TLS is required and the server's certificate must name ``host`` (verify-full).
-    ``host`` may list several hosts (``a,b``, a primary and its standbys, docs/scaling.md):
-    libpq then takes the first that accepts writes (``target_session_attrs=read-write``)."""
-    dsn = (f"host={host} port={port} dbname={dbname} user={user} "
-           f"password={libpq_quote(str(password))}")
-    if "," in str(host):
-        dsn += " target_session_attrs=read-write"
-    if ssl_root_cert:
-        dsn += f" sslmode=verify-full sslrootcert={libpq_quote(ssl_root_cert)}"
-    return dsn
 
 
 def worker_records(
