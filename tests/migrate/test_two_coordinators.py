@@ -1,15 +1,15 @@
-"""Two Coordinators over one database (docs/scaling.md), on the shared lab (conftest.py):
-site.yml with lab-worker-slow in the group coordinator beside lab-ai-core, and a virtual
-address they share, deploys a second Coordinator there, its PostgreSQL login over TLS through
-a pg_hba.conf line of its own; every worker's COORDINATOR_URL lists both, in the group's
-order; the virtual address (keepalived) is on the first, its certificate naming it. With the
-first one's service stopped, the address moves to the second, tasks routed through the
-second are done and the workers heartbeat through it, saying so in their log; its service
-back, the first host takes the address again. Then, with tasks routed every second through
-either Coordinator, the second one's host goes down (its container stops): migrate-web.yml
-moves the web worker meanwhile, going on without that host, and every routed task is done or
-failed with a reason once it is back. The lab is left with two Coordinators: the last module
-of the package (conftest.ORDER)."""
+"""Two Coordinators over one database (docs/scaling.md), on the shared lab (conftest.py): site.yml
+with lab-worker-slow in the group coordinator beside lab-ai-core, and a virtual address they
+share, deploys a second Coordinator there, its PostgreSQL login over TLS through a pg_hba.conf
+line of its own; every worker's COORDINATOR_URL lists both, in the group's order; the virtual
+address (keepalived) is on the first, its certificate naming it. With the first one's service
+stopped, the address moves to the second, tasks routed through the second are done and the
+workers heartbeat through it, saying so in their log; its service back, the first host takes
+the address again. Then, with tasks routed every second through either Coordinator, the second
+one's host goes down (its container stops): migrate-web.yml moves the web worker meanwhile, and
+upgrade-model.yml checks a model upgrade, both going on without that host, and every routed
+task is done or failed with a reason once it is back. The lab is left with two Coordinators:
+the last module of the package (conftest.ORDER)."""
 
 from __future__ import annotations
 
@@ -203,6 +203,9 @@ def test_a_coordinators_host_down_amid_traffic_loses_nothing_and_the_move_goes_o
             # The move while the second Coordinator's host is down: the first play goes on
             # without it, saying so, and the move is proven through the first Coordinator.
             move = cluster.playbooks.run("migrate-web.yml", two_coordinators(cluster, target))
+            # And a model upgrade, checked (which reaches every host as a run does).
+            upgrade = cluster.playbooks.run("upgrade-model.yml", two_coordinators(cluster, target),
+                                            "--check", "-e", "upgrade_model_tasks=2")
         finally:
             second.start_container()
         deadline = time.monotonic() + 60
@@ -210,10 +213,12 @@ def test_a_coordinators_host_down_amid_traffic_loses_nothing_and_the_move_goes_o
             assert time.monotonic() < deadline, "the second Coordinator did not come back"
             time.sleep(1)
         time.sleep(4)
-    assert move.returncode == 0, move.output[-5000:]
-    assert (f"going on without {SECOND}, unreachable: it runs a Coordinator and nothing this "
-            f"run reads or changes, and the Coordinator of {FIRST} answers for the cluster"
-            in " ".join(move.output.split())), move.output[-5000:]
+    passed_over = (f"going on without {SECOND}, unreachable: it runs a Coordinator and "
+                   "nothing this run reads or changes, and the Coordinator of "
+                   f"{FIRST} answers for the cluster")
+    for run in (move, upgrade):
+        assert run.returncode == 0, run.output[-5000:]
+        assert passed_over in run.unfolded(), run.output[-5000:]
     cluster.assert_proven(move, target)
 
     # Every routed task done, or failed with a reason, and one web worker, the new one; a
