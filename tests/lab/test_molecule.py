@@ -34,7 +34,8 @@ PROVEN_ELSEWHERE = {
         "and a Coordinator that cannot start failing the play with its journal; "
         "tests/migrate: converged over HTTPS on the lab (health check over TLS), a second run "
         "changes nothing (test_readme.py), the unit's systemd-analyze "
-        "exposure (test_hardening.py)"),
+        "exposure (test_hardening.py), a second Coordinator and its virtual address deployed, "
+        "then taken down when its host leaves the group (test_two_coordinators.py)"),
     "python_service": (
         "internal to the coordinator and worker roles: molecule/worker installs through it on "
         "both nodes (the Coordinator's and the workers' virtualenv, code and user, a second "

@@ -8,8 +8,9 @@ workers heartbeat through it, saying so in their log; its service back, the firs
 the address again. Then, with tasks routed every second through either Coordinator, the second
 one's host goes down (its container stops): migrate-web.yml moves the web worker meanwhile, and
 upgrade-model.yml checks a model upgrade, both going on without that host, and every routed
-task is done or failed with a reason once it is back. The lab is left with two Coordinators:
-the last module of the package (conftest.ORDER)."""
+task is done or failed with a reason once it is back. Back to one Coordinator and no virtual
+address, site.yml takes down the second host's Coordinator and keepalived on both hosts. The
+last module of the package (conftest.ORDER)."""
 
 from __future__ import annotations
 
@@ -235,3 +236,24 @@ def test_a_coordinators_host_down_amid_traffic_loses_nothing_and_the_move_goes_o
     workers = coordinators[1].workers()
     assert {worker_id for worker_id in inference if workers[worker_id]["alive"]} == inference, (
         workers)
+
+    # Back to one Coordinator and no virtual address (the lab's own inventory): site.yml takes
+    # down the Coordinator of the host that left the group, with its environment file, and
+    # the keepalived the role configured on both hosts.
+    one = cluster.playbooks.run("site.yml", cluster.inventory(target))
+    assert one.returncode == 0, one.output[-5000:]
+    # (A unit whose file is gone has no UnitFileState.)
+    for node, unit, file_state in ((second, "coordinator", ""), (first, "keepalived", "disabled"),
+                                   (second, "keepalived", "disabled")):
+        shown = dict(line.split("=", 1) for line in node.sh(
+            "systemctl", "show", unit, "-p", "ActiveState", "-p", "UnitFileState",
+            check=True).stdout.split())
+        assert shown == {"ActiveState": "inactive", "UnitFileState": file_state}, (
+            node.name, unit, shown)
+    for node, path in ((second, "/etc/coordinator/coordinator.env"),
+                       (second, "/etc/systemd/system/coordinator.service"),
+                       (first, "/etc/keepalived/keepalived.conf"),
+                       (second, "/etc/keepalived/keepalived.conf")):
+        assert node.sh("test", "-e", path).returncode == 1, (node.name, path)
+    assert instance_at(VIRTUAL_ADDRESS, port) is None
+    assert instance_at(first.address, port) == FIRST
