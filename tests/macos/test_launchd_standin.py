@@ -379,7 +379,10 @@ def test_keepalive_without_throttle_interval_waits_ten_seconds(mac: Mac):
     assert mac.printed("lab.fast")["minimum runtime"] == "10"
     wait_until(lambda: len(starts.read_text().split()) == 2, timeout=15, what="the restart")
     first, second = (float(t) for t in starts.read_text().split())
-    assert second - first >= 9.95
+    # Ten seconds from spawn to spawn; the stamps are taken once each sh has started, which on
+    # a loaded machine may lag its spawn by a tenth of a second more one time than the other
+    # (9.93 s in a full run). Without the throttle the restart comes within a second.
+    assert second - first >= 9.5
 
 
 # -- enable, disable, login, logout ---------------------------------------------------------
