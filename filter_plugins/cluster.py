@@ -60,10 +60,33 @@ def reach_problems(hosts: Iterable[str], hostvars: Mapping[str, Any],
     return lines
 
 
+# The inventory groups whose hosts run workers, and those of the hosts that keep each worker
+# host's pg_hba.conf line, login, grant and Redis user: the plays of site.yml and
+# migrate-web.yml read them through the filters below (the postgresql_access and redis roles
+# default to the same worker groups).
+WORKER_GROUPS = ("web_workers", "inference_workers")
+DATABASE_GROUP, REDIS_GROUP = "database", "redis"
+STORE_GROUPS = (DATABASE_GROUP, REDIS_GROUP)
+
+
+def worker_groups(groups: Mapping[str, Any], *extra: str) -> list[str]:
+    """WORKER_GROUPS, then each group of ``extra`` the inventory has (one a run made for the
+    hosts whose web worker leaves, which keep their grants until it is gone)."""
+    return [*WORKER_GROUPS, *(group for group in extra if group in groups)]
+
+
 def unreached_hosts(hosts: Iterable[str], hostvars: Mapping[str, Any],
                     result_var: str = "cluster_reach") -> list[str]:
     """The hosts of ``hosts`` whose registered ``result_var`` says they were unreachable."""
     return [host for host in hosts if (hostvars[host].get(result_var) or {}).get("unreachable")]
+
+
+def coordinator_only_hosts(groups: Mapping[str, Any]) -> list[str]:
+    """The hosts of the group coordinator that are in no worker or store group: what such a
+    host runs, a run that proves its work through another Coordinator neither reads nor
+    changes."""
+    others = {host for group in (*WORKER_GROUPS, *STORE_GROUPS) for host in groups.get(group) or ()}
+    return [host for host in groups.get("coordinator") or () if host not in others]
 
 
 def passed_over(hosts: Iterable[str], hostvars: Mapping[str, Any], may_pass_over: Iterable[str],
@@ -79,6 +102,29 @@ def passed_over(hosts: Iterable[str], hostvars: Mapping[str, Any], may_pass_over
         return []
     allowed = set(may_pass_over)
     return [host for host in unreached if host in allowed]
+
+
+def reach_outcome(hosts: Iterable[str], hostvars: Mapping[str, Any], groups: Mapping[str, Any],
+                  pass_over_coordinators: bool = False) -> dict[str, Any]:
+    """What the first play of a run makes of its hosts' answers (playbooks/tasks/reach.yml,
+    from their registered cluster_reach and cluster_console): ``passed_over``, the unreachable
+    hosts it goes on without (with ``pass_over_coordinators``: those that run a Coordinator
+    and nothing else, while another Coordinator host answered); ``registry_host``, the first
+    Coordinator host that answered (else the group's first, else None), where the registry is
+    read; ``unusable``, one line per reason any other host cannot be used."""
+    hosts = list(hosts)
+    coordinators = list(groups.get("coordinator") or ())
+    over = passed_over(hosts, hostvars,
+                       coordinator_only_hosts(groups) if pass_over_coordinators else [],
+                       coordinators)
+    unreached = unreached_hosts(hosts, hostvars)
+    answering = [host for host in coordinators if host not in unreached]
+    return {
+        "passed_over": over,
+        "registry_host": (answering or coordinators or [None])[0],
+        "unusable": (reach_problems([host for host in hosts if host not in over], hostvars)
+                     + reach_problems(hosts, hostvars, "cluster_console")),
+    }
 
 
 def _statuses(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
@@ -127,8 +173,9 @@ def _and(words: list[str]) -> str:
 
 
 def site_left_out(play_hosts: Iterable[str], groups: Mapping[str, Any],
-                  worker_groups: Iterable[str], database_group: str = "database",
-                  redis_group: str = "redis") -> dict[str, str]:
+                  worker_groups: Iterable[str] = WORKER_GROUPS,
+                  database_group: str = DATABASE_GROUP,
+                  redis_group: str = REDIS_GROUP) -> dict[str, str]:
     """The hosts a site.yml run on ``play_hosts`` (after ``--limit``) needs but leaves out,
     each with why. A worker host's pg_hba.conf line, login and grant are written on the
     database host, its Redis user on the Redis host: a worker host needs them. Those grants
@@ -603,8 +650,8 @@ class FilterModule:
             # A Coordinator's PG_DSN, as the workers' (the worker role's records).
             "pg_dsn": contract.pg_dsn,
             "reach_problems": reach_problems,
-            "passed_over": passed_over,
-            "unreached_hosts": unreached_hosts,
+            "reach_outcome": reach_outcome,
+            "worker_groups": worker_groups,
             "running_workers": running_workers,
             "worker_addresses": worker_addresses,
             "left_out_hosts": left_out_hosts,

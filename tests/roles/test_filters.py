@@ -421,6 +421,52 @@ def test_an_unreachable_host_is_passed_over_only_if_allowed_and_a_coordinator_an
     assert cluster.passed_over(["second", "worker"], hostvars, ["second"], ["core", "second"]) == []
 
 
+def test_the_outcome_of_reaching_the_hosts_says_who_is_passed_over_unusable_and_the_registry():
+    down = {"unreachable": True, "msg": 'Task failed: Data could not be sent to remote host '
+            '"10.0.0.2". Make sure this host can be reached over ssh: ssh: connect to host '
+            '10.0.0.2 port 22: No route to host'}
+    up = {"changed": False}
+    # Only a Mac is asked about its console; the others' results say it was skipped.
+    not_asked = {"cluster_console": {"changed": False, "skipped": True}}
+    groups = {"coordinator": ["core", "second"], "database": ["core"], "redis": ["core"],
+              "web_workers": ["worker"], "inference_workers": ["core", "worker"]}
+    # "second" runs a Coordinator and nothing else; "core" runs the stores too.
+    assert cluster.coordinator_only_hosts(groups) == ["second"]
+    hosts = ["core", "second", "worker"]
+    hostvars = {"core": {"cluster_reach": down, **not_asked},
+                "second": {"cluster_reach": up, **not_asked},
+                "worker": {"cluster_reach": up, **not_asked}}
+    # The first Coordinator host down: the registry is read from the second; core is not a
+    # host the run may go without, whatever it allows.
+    outcome = cluster.reach_outcome(hosts, hostvars, groups, pass_over_coordinators=True)
+    assert (outcome["passed_over"], outcome["registry_host"]) == ([], "second")
+    assert outcome["unusable"] == ["core is unreachable (ssh: connect to host 10.0.0.2 port 22: No "
+                                   "route to host): bring it back (its network, sshd) or take "
+                                   "it out of the inventory"]
+    hostvars = {"core": {"cluster_reach": up, **not_asked},
+                "second": {"cluster_reach": down, **not_asked},
+                "worker": {"cluster_reach": up, "cluster_console": {
+                    "failed": True, "msg": "nobody is logged in at the console of worker"}}}
+    outcome = cluster.reach_outcome(hosts, hostvars, groups, pass_over_coordinators=True)
+    assert (outcome["passed_over"], outcome["registry_host"]) == (["second"], "core")
+    # A Mac nobody is logged in at is unusable even when its facts answered.
+    assert outcome["unusable"] == ["worker: nobody is logged in at the console of worker"]
+    # site.yml converges every host: none is passed over.
+    outcome = cluster.reach_outcome(hosts, hostvars, groups)
+    assert outcome["passed_over"] == []
+    assert outcome["unusable"][0].startswith("second is unreachable (ssh: connect to host")
+    # No Coordinator in the inventory: no registry to read.
+    assert cluster.reach_outcome(["worker"], hostvars, {})["registry_host"] is None
+
+
+def test_worker_groups_adds_the_groups_a_run_made_for_a_leaving_web_worker():
+    assert cluster.worker_groups({"web_workers": []}) == ["web_workers", "inference_workers"]
+    assert cluster.worker_groups({"migrate_web_old": ["a"]}, "migrate_web_old") == [
+        "web_workers", "inference_workers", "migrate_web_old"]
+    assert cluster.worker_groups({}, "site_web_worker_leaving") == [
+        "web_workers", "inference_workers"]
+
+
 def test_running_workers_and_their_addresses_for_the_registry():
     inference, web = worker.worker_states(records("inference-worker", "web-worker"),
                                           units_of(SHOW))
