@@ -89,15 +89,12 @@ def coordinator_only_hosts(groups: Mapping[str, Any]) -> list[str]:
     return [host for host in groups.get("coordinator") or () if host not in others]
 
 
-def passed_over(hosts: Iterable[str], hostvars: Mapping[str, Any], may_pass_over: Iterable[str],
-                coordinator_hosts: Iterable[str],
-                result_var: str = "cluster_reach") -> list[str]:
-    """The hosts of ``hosts`` a run goes on without: unreachable (by their registered
-    ``result_var``) and in ``may_pass_over``, while a host of ``coordinator_hosts`` answered
-    (its Coordinator is the one the run proves its work through). None when no Coordinator
-    host answered."""
-    hosts = list(hosts)
-    unreached = unreached_hosts(hosts, hostvars, result_var)
+def passed_over(hosts: Iterable[str], unreached: Iterable[str], may_pass_over: Iterable[str],
+                coordinator_hosts: Iterable[str]) -> list[str]:
+    """The ``unreached`` hosts a run on ``hosts`` goes on without: those in ``may_pass_over``,
+    while a host of ``coordinator_hosts`` answered (its Coordinator is the one the run proves
+    its work through). None when no Coordinator host of the run answered."""
+    hosts, unreached = list(hosts), list(unreached)
     if not [host for host in coordinator_hosts if host in hosts and host not in unreached]:
         return []
     allowed = set(may_pass_over)
@@ -114,10 +111,10 @@ def reach_outcome(hosts: Iterable[str], hostvars: Mapping[str, Any], groups: Map
     read; ``unusable``, one line per reason any other host cannot be used."""
     hosts = list(hosts)
     coordinators = list(groups.get("coordinator") or ())
-    over = passed_over(hosts, hostvars,
+    unreached = unreached_hosts(hosts, hostvars)
+    over = passed_over(hosts, unreached,
                        coordinator_only_hosts(groups) if pass_over_coordinators else [],
                        coordinators)
-    unreached = unreached_hosts(hosts, hostvars)
     answering = [host for host in coordinators if host not in unreached]
     return {
         "passed_over": over,

@@ -411,14 +411,16 @@ def test_an_unreachable_host_is_passed_over_only_if_allowed_and_a_coordinator_an
     hosts = ["core", "second", "worker"]
     hostvars = {"core": {"cluster_reach": {"changed": False}}, "second": {"cluster_reach": down},
                 "worker": {"cluster_reach": down}}
-    assert cluster.unreached_hosts(hosts, hostvars) == ["second", "worker"]
+    unreached = cluster.unreached_hosts(hosts, hostvars)
+    assert unreached == ["second", "worker"]
     # Of the unreachable hosts, only the ones allowed, while another Coordinator answered.
-    assert cluster.passed_over(hosts, hostvars, ["second"], ["core", "second"]) == ["second"]
-    assert cluster.passed_over(hosts, hostvars, [], ["core", "second"]) == []
+    assert cluster.passed_over(hosts, unreached, ["second"], ["core", "second"]) == ["second"]
+    assert cluster.passed_over(hosts, unreached, [], ["core", "second"]) == []
     # Every Coordinator host down: nothing to go on through.
-    assert cluster.passed_over(hosts, hostvars, ["second"], ["second"]) == []
+    assert cluster.passed_over(hosts, unreached, ["second"], ["second"]) == []
     # A Coordinator host outside the run (a --limit) does not answer for it either.
-    assert cluster.passed_over(["second", "worker"], hostvars, ["second"], ["core", "second"]) == []
+    assert cluster.passed_over(["second", "worker"], unreached, ["second"],
+                               ["core", "second"]) == []
 
 
 def test_the_outcome_of_reaching_the_hosts_says_who_is_passed_over_unusable_and_the_registry():
