@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from lab import drive
 from lab.drive import REPO, VENV_BIN
 
 HERE = Path(__file__).resolve().parent
-__all__ = ["HERE", "REPO", "VENV_BIN", "ansible_env", "run"]
+__all__ = ["HERE", "REPO", "VENV_BIN", "ansible_env", "callback_script", "run"]
 
 
 def ansible_env(**extra: str) -> dict[str, str]:
@@ -26,3 +28,13 @@ def run(argv: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv, cwd=REPO, env=ansible_env(**extra), capture_output=True, text=True, check=False
     )
+
+
+def callback_script(script: str) -> Any:
+    """What ``script`` (a format string given the callback plugins' directory as
+    ``plugins``) prints as JSON, run by the virtualenv's Python."""
+    done = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", script.format(plugins=str(REPO / "callback_plugins"))],
+        cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)

@@ -4,10 +4,7 @@ payload is the one Ansible builds without it; and a playbook with it enabled run
 
 from __future__ import annotations
 
-import json
-import subprocess
-
-from .conftest import REPO, VENV_BIN, run
+from .conftest import VENV_BIN, callback_script, run
 
 # Builds ansible.builtin.ping's payload (file names and bytes) as a worker does, counting
 # the files Ansible's own parser is given, before and after the callback's start.
@@ -48,11 +45,7 @@ print(json.dumps({{"same": plain == kept, "plain": plain_parsed, "ahead": ahead,
 
 
 def test_the_trees_parsed_ahead_are_reused_and_the_payload_is_the_same() -> None:
-    script = BUILD.format(plugins=str(REPO / "callback_plugins"))
-    done = subprocess.run([str(VENV_BIN / "python"), "-c", script], cwd=REPO,
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = callback_script(BUILD)
     assert result["same"] is True
     # Without it, the module and every file basic needs are parsed for the one payload.
     assert "ansible.module_utils.basic" in result["plain"] and len(result["plain"]) > 10, result
