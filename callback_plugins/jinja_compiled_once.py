@@ -44,6 +44,10 @@ try:
 except ImportError:  # another ansible-core than the one requirements-dev.txt pins
     _jinja_bits = None
 
+# What the key is made of, in the templating of the ansible-core requirements-dev.txt pins.
+_NEEDED = ("AnsibleEnvironment", "_TemplateCompileContext", "_TEMPLATE_OVERRIDE_FIELD_NAMES",
+           "_TemplateConfig")
+
 # The expression compile_expression is compiling: Jinja hands compile() its syntax tree only.
 _EXPRESSION: contextvars.ContextVar[tuple[str, bool] | None] = contextvars.ContextVar(
     "jinja_compiled_once_expression", default=None)
@@ -81,7 +85,7 @@ class _SharedCode:
     def __call__(self, env: Any, source: Any, name: str | None = None,
                  filename: str | None = None, raw: bool = False,
                  defer_init: bool = False) -> CodeType | str:
-        key = None if raw or env._debuggable_template_source else self.key(
+        key = None if raw or getattr(env, "_debuggable_template_source", True) else self.key(
             env, source, name, filename, defer_init)
         if key is None:
             return self.compile(env, source, name, filename, raw, defer_init)
@@ -120,8 +124,10 @@ class CallbackModule(CallbackBase):
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_playbook_on_start(self, playbook: object) -> None:
-        env = getattr(_jinja_bits, "AnsibleEnvironment", None)
-        if env is None or isinstance(env.compile, _SharedCode):
+        if not all(hasattr(_jinja_bits, name) for name in _NEEDED):
+            return
+        env = _jinja_bits.AnsibleEnvironment
+        if isinstance(env.compile, _SharedCode):
             return
         directory = os.path.join(C.DEFAULT_LOCAL_TMP, "jinja-code")
         os.makedirs(directory, mode=0o700, exist_ok=True)

@@ -95,3 +95,18 @@ def test_a_playbook_with_it_enabled_renders_templates_and_conditionals(tmp_path)
                ANSIBLE_CALLBACKS_ENABLED="jinja_compiled_once")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ok=2" in done.stdout and "[WARNING]" not in done.stdout + done.stderr, done.stdout
+
+
+def test_with_templating_it_does_not_know_it_changes_nothing() -> None:
+    # An ansible-core whose templating lacks what the key is made of: left as it is.
+    changed = callback_script("""\
+import json, sys
+sys.path.insert(0, {plugins!r})
+from ansible._internal._templating._jinja_bits import AnsibleEnvironment
+import jinja_compiled_once
+own = AnsibleEnvironment.compile
+jinja_compiled_once._NEEDED += ("_SomethingThisVersionLacks",)
+jinja_compiled_once.CallbackModule().v2_playbook_on_start(None)
+print(json.dumps(AnsibleEnvironment.compile is not own))
+""")
+    assert changed is False
