@@ -372,11 +372,13 @@ class SQL:
     #: Per queue of ``queues``: its unfinished tasks, (queue, count) pairs.
     LOAD_BY_QUEUE = ("SELECT queue, count(*) FROM tasks WHERE status IN ('queued', 'running')"
                      f" AND queue = ANY(%(queues)s) AND {_USERS} GROUP BY queue")
-    #: Inference tasks waiting for any alive worker (queue null), oldest first.
+    #: Inference tasks waiting for any alive worker (queue null), oldest first, for a worker
+    #: that registers. It waits for rows a Reaper pass holds (the pass reviews waiting tasks
+    #: too) rather than skipping them, which would leave them to the next pass; the register
+    #: takes its locks in the pass's order (workers, tasks, instances: workers.register).
     WAITING_INFERENCE = (
         f"SELECT {_REAPER_TASK_COLUMNS} FROM tasks WHERE status = 'queued' AND queue IS NULL"
-        " AND task_type = ANY(%(types)s) ORDER BY created_at LIMIT %(limit)s"
-        " FOR UPDATE SKIP LOCKED"
+        " AND task_type = ANY(%(types)s) ORDER BY created_at LIMIT %(limit)s FOR UPDATE"
     )
     #: Inference tasks to look at again: running on a dead worker or past the task timeout,
     #: or queued where no alive worker takes them (or not on the worker they asked for).

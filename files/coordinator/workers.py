@@ -88,10 +88,12 @@ class Workers:
             await cur.execute(SQL.REGISTER_WORKER, params)
             registered = await cur.fetchone()
             draining = registered["draining"]
-            await cur.execute(SQL.REGISTER_INSTANCE, params)
-            duplicate = (await cur.fetchone())["duplicate"]
+            # The worker's row, the tasks', then the instance's: a Reaper pass takes them in
+            # that order too, so waiting for the tasks it holds cannot deadlock.
             dispatched = (await dispatch_waiting(conn, cfg.heartbeat_ttl)
                           if kind == "inference" and not draining else [])
+            await cur.execute(SQL.REGISTER_INSTANCE, params)
+            duplicate = (await cur.fetchone())["duplicate"]
         self.registry.put(KnownWorker(worker_id, body["host"], kind, queue,
                                       tuple(params["models"]),
                                       time.monotonic() + cfg.heartbeat_ttl, draining,

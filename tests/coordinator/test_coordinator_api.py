@@ -70,6 +70,27 @@ def test_inference_waits_without_worker_and_is_dispatched_on_register(
     assert backends.redis().lrange("tasks:gpu:gpu1", 0, -1) == [answer["task_id"]]
 
 
+def test_a_worker_registering_while_the_reaper_holds_the_waiting_task_still_gets_it(
+        server: ServerThread, backends: Backends, make_worker) -> None:
+    # The Reaper's pass locks the waiting tasks it reviews (FOR UPDATE) for its transaction;
+    # a register in that window waits for the pass instead of passing the task over.
+    import psycopg
+
+    with server.client() as client:
+        answer = route(client, prompt="hello", task_type="generate")
+    with psycopg.connect(backends.dsn) as reaper, reaper.transaction():
+        reaper.execute("SELECT id FROM tasks WHERE id = %s FOR UPDATE", (answer["task_id"],))
+        registering = threading.Thread(target=lambda: answers.append(
+            make_worker(server, "gpu1", device="gpu").register()))
+        answers: list[dict] = []
+        registering.start()
+        time.sleep(0.5)
+        assert answers == []  # waiting for the pass's lock, not answered without the task
+    registering.join(10)
+    assert answers[0]["dispatched"] == 1, answers
+    assert backends.redis().lrange("tasks:gpu:gpu1", 0, -1) == [answer["task_id"]]
+
+
 def test_model_choice_and_least_loaded(server: ServerThread, backends: Backends,
                                        make_worker) -> None:
     make_worker(server, "a", models=("llama3.2:3b",)).start()
