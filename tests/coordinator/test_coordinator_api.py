@@ -13,6 +13,7 @@ import uuid
 
 import coordinator_contract as contract
 import httpx
+import psycopg
 import pytest
 import requests
 
@@ -74,15 +75,13 @@ def test_a_worker_registering_while_the_reaper_holds_the_waiting_task_still_gets
         server: ServerThread, backends: Backends, make_worker) -> None:
     # The Reaper's pass locks the waiting tasks it reviews (FOR UPDATE) for its transaction;
     # a register in that window waits for the pass instead of passing the task over.
-    import psycopg
-
     with server.client() as client:
         answer = route(client, prompt="hello", task_type="generate")
+    answers: list[dict] = []
     with psycopg.connect(backends.dsn) as reaper, reaper.transaction():
         reaper.execute("SELECT id FROM tasks WHERE id = %s FOR UPDATE", (answer["task_id"],))
         registering = threading.Thread(target=lambda: answers.append(
             make_worker(server, "gpu1", device="gpu").register()))
-        answers: list[dict] = []
         registering.start()
         time.sleep(0.5)
         assert answers == []  # waiting for the pass's lock, not answered without the task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,10 @@ def run(argv: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def callback_script(script: str) -> Any:
-    """What ``script`` (a format string given the callback plugins' directory as
-    ``plugins``) prints as JSON, run by the virtualenv's Python."""
+    """What ``script`` prints as JSON, run by the virtualenv's Python with the callback
+    plugins importable by their names."""
     done = subprocess.run(
-        [str(VENV_BIN / "python"), "-c", script.format(plugins=str(REPO / "callback_plugins"))],
-        cwd=REPO, capture_output=True, text=True, check=False)
+        [str(VENV_BIN / "python"), "-c", script], cwd=REPO, capture_output=True, text=True,
+        check=False, env={**os.environ, "PYTHONPATH": str(REPO / "callback_plugins")})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)

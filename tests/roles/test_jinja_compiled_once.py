@@ -12,7 +12,6 @@ from .conftest import VENV_BIN, callback_script, run
 RENDER = """\
 import json, os, sys, tempfile
 os.environ["ANSIBLE_LOCAL_TEMP"] = tempfile.mkdtemp()
-sys.path.insert(0, {plugins!r})
 from ansible.plugins.loader import init_plugin_loader
 init_plugin_loader()
 from ansible.parsing.dataloader import DataLoader
@@ -21,18 +20,18 @@ from ansible._internal._templating._jinja_bits import AnsibleEnvironment
 import jinja_compiled_once
 
 CASES = [
-    ("template", "{{{{ x + 1 }}}}", {{}}),
+    ("template", "{{ x + 1 }}", {}),
     # The same text once its header is stripped; another environment compiles it.
-    ("template", "#jinja2: trim_blocks: False\\n{{% if x %}}\\nA\\n{{% endif %}}", {{}}),
-    ("template", "{{% if x %}}\\nA\\n{{% endif %}}", {{}}),
-    ("template", "{{{{ 'a\\\\\\\\nb' }}}}", {{"escape_backslashes": True}}),
-    ("template", "{{{{ 'a\\\\\\\\nb' }}}}", {{"escape_backslashes": False}}),
-    ("conditional", "x == 1", {{}}),
-    ("conditional", "y is undefined", {{}}),
+    ("template", "#jinja2: trim_blocks: False\\n{% if x %}\\nA\\n{% endif %}", {}),
+    ("template", "{% if x %}\\nA\\n{% endif %}", {}),
+    ("template", "{{ 'a\\\\\\\\nb' }}", {"escape_backslashes": True}),
+    ("template", "{{ 'a\\\\\\\\nb' }}", {"escape_backslashes": False}),
+    ("conditional", "x == 1", {}),
+    ("conditional", "y is undefined", {}),
 ]
 
 def render():
-    templar = Templar(loader=DataLoader(), variables={{"x": 1}})
+    templar = Templar(loader=DataLoader(), variables={"x": 1})
     return [templar.template(trust_as_template(text), **options) if kind == "template"
             else templar.evaluate_conditional(trust_as_template(text))
             for kind, text, options in CASES]
@@ -47,7 +46,7 @@ def in_worker(started):
                 compiled.append(source if isinstance(source, str) else "an expression")
                 return own(env, source, *args)
             AnsibleEnvironment.compile.compile = counted
-        os.write(write, json.dumps({{"rendered": render(), "compiled": compiled}}).encode())
+        os.write(write, json.dumps({"rendered": render(), "compiled": compiled}).encode())
         os._exit(0)
     os.close(write)
     with os.fdopen(read) as answer:
@@ -55,7 +54,7 @@ def in_worker(started):
 
 plain = in_worker(False)
 jinja_compiled_once.CallbackModule().v2_playbook_on_start(None)
-print(json.dumps({{"plain": plain, "first": in_worker(True), "second": in_worker(True)}}))
+print(json.dumps({"plain": plain, "first": in_worker(True), "second": in_worker(True)}))
 """
 
 
@@ -101,7 +100,6 @@ def test_with_templating_it_does_not_know_it_changes_nothing() -> None:
     # An ansible-core whose templating lacks what the key is made of: left as it is.
     changed = callback_script("""\
 import json, sys
-sys.path.insert(0, {plugins!r})
 from ansible._internal._templating._jinja_bits import AnsibleEnvironment
 import jinja_compiled_once
 own = AnsibleEnvironment.compile

@@ -10,7 +10,6 @@ from .conftest import VENV_BIN, callback_script, run
 # the files Ansible's own parser is given, before and after the callback's start.
 BUILD = """\
 import datetime, io, json, sys, zipfile
-sys.path.insert(0, {plugins!r})
 from ansible._internal._ansiballz import _builder
 from ansible.executor import module_common
 from ansible.plugins.loader import init_plugin_loader
@@ -31,16 +30,16 @@ def payload():
     with zipfile.ZipFile(out, "w") as zf:
         module_common.recursive_finder(
             "ping", "ansible.modules.ping", open(ping.__file__, "rb").read(), zf,
-            datetime.datetime(2026, 1, 1), _builder.ExtensionManager.create(task_vars={{}}))
+            datetime.datetime(2026, 1, 1), _builder.ExtensionManager.create(task_vars={}))
     with zipfile.ZipFile(io.BytesIO(out.getvalue())) as zf:
-        return {{name: zf.read(name).decode("latin-1") for name in zf.namelist()}}, list(parsed)
+        return {name: zf.read(name).decode("latin-1") for name in zf.namelist()}, list(parsed)
 
 plain, plain_parsed = payload()
 module_utils_preparsed.CallbackModule().v2_playbook_on_start(None)
 ahead = list(parsed)
 kept, kept_parsed = payload()
-print(json.dumps({{"same": plain == kept, "plain": plain_parsed, "ahead": ahead,
-                  "kept": kept_parsed}}))
+print(json.dumps({"same": plain == kept, "plain": plain_parsed, "ahead": ahead,
+                  "kept": kept_parsed}))
 """
 
 
