@@ -248,13 +248,14 @@ class FakeWorker:
         self.redis.close()
 
 
-def coordinator_process(env: dict[str, str], **kwargs: Any) -> Any:
-    """``python -m coordinator`` from files/, as a deployment starts it."""
+def coordinator_process(env: dict[str, str], files: Path = FILES, **kwargs: Any) -> Any:
+    """``python -m coordinator`` from ``files`` (this repository's files/, or another
+    version's), as a deployment starts it."""
     import subprocess
 
     full = {k: v for k, v in os.environ.items()
             if not k.startswith(("PG_", "REDIS_", "COORDINATOR_"))}
     full.update(env)
-    return subprocess.Popen([sys.executable, "-m", "coordinator"], cwd=FILES, env=full,
+    return subprocess.Popen([sys.executable, "-m", "coordinator"], cwd=files, env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             **kwargs)
