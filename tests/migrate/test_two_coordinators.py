@@ -1,20 +1,21 @@
 """Two Coordinators over one database (docs/scaling.md), on the shared lab (conftest.py): site.yml
-with lab-worker-slow in the group coordinator beside lab-ai-core, and a virtual address they
-share, deploys a second Coordinator there, its PostgreSQL login over TLS through a pg_hba.conf
-line of its own; every worker's COORDINATOR_URL lists both, in the group's order; the virtual
-address (keepalived) is on the first, its certificate naming it. With the first one's service
-stopped, the address moves to the second, tasks routed through the second are done and the
-workers heartbeat through it, saying so in their log; its service back, the first host takes
-the address again. Then, with tasks routed every second through either Coordinator, the second
-one's host goes down (its container stops): migrate-web.yml moves the web worker meanwhile, and
-upgrade-model.yml checks a model upgrade, both going on without that host, and every routed
-task is done or failed with a reason once it is back. Back to one Coordinator and no virtual
-address, site.yml takes down the second host's Coordinator and keepalived on both hosts. The
-last module of the package (conftest.ORDER)."""
+with lab-worker-slow in the group coordinator beside lab-ai-core, and a virtual address they share,
+deploys a second Coordinator there (one host after the other), its PostgreSQL login over TLS through
+a pg_hba.conf line of its own; every worker's COORDINATOR_URL lists both, in the group's order; the
+virtual address (keepalived) is on the first, its certificate naming it. With the first one's
+service stopped, the address moves to the second, tasks routed through the second are done and the
+workers heartbeat through it, saying so in their log; its service back, the first host takes the
+address again. Then, with tasks routed every second through either Coordinator, the second one's
+host goes down (its container stops): migrate-web.yml moves the web worker meanwhile, and
+upgrade-model.yml checks a model upgrade, both going on without that host, and every routed task is
+done or failed with a reason once it is back. Back to one Coordinator and no virtual address,
+site.yml takes down the second host's Coordinator and keepalived on both hosts. The last module of
+the package (conftest.ORDER)."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import ssl
 import threading
@@ -113,6 +114,12 @@ def test_a_second_coordinator_serves_the_cluster_while_the_first_is_stopped(clus
     try:
         run = cluster.playbooks.run("site.yml", two)
         assert run.returncode == 0, run.output[-5000:]
+        # One Coordinator host at a time (a rolling upgrade, docs/scaling.md), in the group's
+        # order: the play's batches and the hosts each one's tasks ran on.
+        batches = re.findall(r"^PLAY \[Coordinator\] \*+$(.*?)(?=^PLAY \[)", run.output,
+                             re.M | re.S)
+        assert [sorted(set(re.findall(r"^(?:ok|changed|skipping): \[([a-z-]+)\]", batch,
+                                      re.M))) for batch in batches] == [[FIRST], [SECOND]]
         coordinators = [drive.Coordinator(url) for url in urls]
         for coordinator, node in zip(coordinators, (first, second), strict=True):
             health = requests.get(f"{coordinator.url}/health", timeout=10,
