@@ -125,6 +125,10 @@ def test_a_rolling_upgrade_migrates_while_the_old_version_serves_and_fails_no_re
                      "tasks routed through both Coordinators")
             # The old host's turn to be upgraded: stopped, the new one serves alone.
             traffic.urls[:] = [urls["new"]]
+            # Two answers more: a request to the old one that was on its way has its answer.
+            sent = len(traffic.answers)
+            wait_for(lambda: len(traffic.answers) >= sent + 2, 30, 0.02,
+                     "the requests on their way when the old Coordinator was left out")
             old_code, old_log = stop(procs.pop("old"))
             before = len(traffic.routed)
             wait_for(lambda: traffic.routed_without_failure() >= before + 20, 30, 0.05,
