@@ -61,6 +61,10 @@ DRIFT_TASKS = {
 
 # The alert that no web worker is alive (files/prometheus/coordinator.rules.yml).
 NO_WEB_WORKER = "CoordinatorNoWebWorker"
+# What a busy 2-core machine adds to the alert's own delays (a scrape, an evaluation, its
+# `for:`): Prometheus evaluates late when the suites beside it take the CPU (6.2 s against a
+# bound of 6 s with no margin, once, 2026-12-07); the seconds it took are printed.
+PROMETHEUS_LATE = 10
 
 
 @pytest.fixture
@@ -203,8 +207,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     assert "RestartSec=3\n" in unit_before
 
     # A real Prometheus watches the whole test: the web worker stopped fires the alert that
-    # no web worker is alive, within its `for:` and a scrape and an evaluation; its start by
-    # the repairing run resolves it.
+    # no web worker is alive, within its `for:`, a scrape and an evaluation (what a busy
+    # machine delays aside, PROMETHEUS_LATE); its start by the repairing run resolves it.
     assert not prometheus.firing(NO_WEB_WORKER)
 
     # The drift, by hand: the web host's pg_hba.conf line, the database host's inference
@@ -222,7 +226,7 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     url, stopped = drive.notify_url(db), time.time()
     old_node.sh("systemctl", "stop", "web-worker.service", check=True)
     fired = prometheus.wait(NO_WEB_WORKER, firing=True,
-                            within=prometheus.hold + 2 * prometheus.interval + 1)
+                            within=prometheus.hold + 2 * prometheus.interval + PROMETHEUS_LATE)
     # Without Prometheus too: the Coordinator's own notification, as the lab's ntfy receiver
     # holds it for a subscriber.
     problem = wait_until(lambda: drive.notifications(url, stopped, contract.WEB_QUEUE,
@@ -275,7 +279,8 @@ def test_drift_is_reported_by_check_mode_with_its_diff_left_alone_then_repaired(
     # The inference worker restarted with its files; the web worker serves again.
     assert db.processes("worker_infer.py") != infer_pids
     cluster.assert_one_web_worker(OLD)
-    resolved = prometheus.wait(NO_WEB_WORKER, firing=False, within=2 * prometheus.interval + 1)
+    resolved = prometheus.wait(NO_WEB_WORKER, firing=False,
+                               within=2 * prometheus.interval + PROMETHEUS_LATE)
     recovered = wait_until(lambda: drive.notifications(url, stopped, contract.WEB_QUEUE,
                                                        "Cluster recovered"), 30,
                            "the notification that tasks:web has a consumer again")
