@@ -4,8 +4,7 @@ the check that podman can run the lab's containers.
 Under ``pytest -n 3`` (what ``./dev test`` runs) the tests form three groups, each run in
 order by one process: the lab suites (``LAB_SUITES``) on the lab under .lab/lab.lock; the
 fault cases and the backup's (``SECOND_LAB_SUITES``) on a second lab of the same hosts
-(.lab/lab2.lock), then the Molecule scenarios (their own containers, networks and lock),
-with one suite of the others that evens the processes' ends (``BESIDE_THE_SECOND_LAB``); and
+(.lab/lab2.lock), then the Molecule scenarios (their own containers, networks and lock); and
 all the others. The lab suites wait on their playbooks far more than they compute, so the
 three share two cores.
 
@@ -62,11 +61,6 @@ LAB_SUITES = ("tests/migrate/",)
 # before the backup's 53 s moved here).
 SECOND_LAB_SUITES = ("tests/migrate/test_faults.py", "tests/migrate/test_backup.py")
 MOLECULE_SUITE = "tests/lab/test_molecule.py"
-# A suite that needs nothing of the session's but its own stand-in, run in the second lab's
-# process instead of the others': that process ended 80 to 140 s before the other two (groups
-# lab, second lab, others: 1,763, 1,684, 1,769 s at abe4c06; 1,658, 1,557, 1,698 s at c347ab9),
-# and this suite takes about a minute there.
-BESIDE_THE_SECOND_LAB = ("tests/ollama/test_module_standin.py",)
 # Like the Molecule scenarios: containers of their own on networks of their own (the Mac
 # node's under the Molecule lock, lab/lab.py's test on coordinator-labtest), so they run
 # beside the lab suites, in the process of the other tests.
@@ -91,15 +85,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """pytest-xdist's scheduler, with three scopes, one for each process of ``-n 3``: the lab
-    suites on the first lab; those on the second lab, then the Molecule scenarios (and
-    ``BESIDE_THE_SECOND_LAB``); the rest.
+    suites on the first lab; those on the second lab, then the Molecule scenarios; the rest.
     (``--dist loadgroup`` would do it with markers, but xdist 3.8 sets the group on a node
     id attribute pytest 9.2 no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class LabsBesideTheRest(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith((*SECOND_LAB_SUITES, MOLECULE_SUITE, *BESIDE_THE_SECOND_LAB)):
+            if nodeid.startswith((*SECOND_LAB_SUITES, MOLECULE_SUITE)):
                 return "second lab"
             return "lab" if nodeid.startswith(LAB_SUITES) else "others"
 

@@ -87,10 +87,13 @@ class Backends:
         self.redis_password = redis_password
 
     @classmethod
-    def create(cls, pg: ThrowawayPostgres, rds: ThrowawayRedis, db: str) -> Backends:
-        """Database ``db`` of ``pg``, made anew with the Coordinator's schema, and ``rds``."""
+    def create(cls, pg: ThrowawayPostgres, rds: ThrowawayRedis, db: str,
+               schema: bool = True) -> Backends:
+        """Database ``db`` of ``pg``, made anew (with the Coordinator's schema unless
+        ``schema`` is false: a Coordinator started on it makes its own), and ``rds``."""
         dsn = pg.database(db)
-        create_schema(dsn)
+        if schema:
+            create_schema(dsn)
         admin = pg.admin_dsn.replace(f"dbname={DB_NAME} ", f"dbname={db} ")
         return cls(dsn, admin, rds.port, rds.password)
 

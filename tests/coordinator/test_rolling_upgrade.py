@@ -97,7 +97,7 @@ def previous_files(tmp_path: Path) -> Path:
 def rolling(pg: ThrowawayPostgres) -> Iterator[Backends]:
     """An empty database (no schema: the old Coordinator makes its own) and a Redis."""
     with ThrowawayRedis() as rds:
-        yield Backends(pg.database("coordinator_rolling"), pg.admin_dsn, rds.port, rds.password)
+        yield Backends.create(pg, rds, "coordinator_rolling", schema=False)
 
 
 def test_a_rolling_upgrade_migrates_while_the_old_version_serves_and_fails_no_request(

@@ -10,7 +10,7 @@ from .conftest import VENV_BIN, callback_script, run
 # Renders the same templates and conditionals in three forked workers: one before the
 # callback started, then two after it, counting what each gave Jinja's own compile.
 RENDER = """\
-import json, os, sys, tempfile
+import json, os, tempfile
 os.environ["ANSIBLE_LOCAL_TEMP"] = tempfile.mkdtemp()
 from ansible.plugins.loader import init_plugin_loader
 init_plugin_loader()
@@ -99,7 +99,7 @@ def test_a_playbook_with_it_enabled_renders_templates_and_conditionals(tmp_path)
 def test_with_templating_it_does_not_know_it_changes_nothing() -> None:
     # An ansible-core whose templating lacks what the key is made of: left as it is.
     changed = callback_script("""\
-import json, sys
+import json
 from ansible._internal._templating._jinja_bits import AnsibleEnvironment
 import jinja_compiled_once
 own = AnsibleEnvironment.compile

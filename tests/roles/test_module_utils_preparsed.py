@@ -9,7 +9,7 @@ from .conftest import VENV_BIN, callback_script, run
 # Builds ansible.builtin.ping's payload (file names and bytes) as a worker does, counting
 # the files Ansible's own parser is given, before and after the callback's start.
 BUILD = """\
-import datetime, io, json, sys, zipfile
+import datetime, io, json, zipfile
 from ansible._internal._ansiballz import _builder
 from ansible.executor import module_common
 from ansible.plugins.loader import init_plugin_loader
